@@ -1,0 +1,89 @@
+"""Helpers shared by the chapters of *PyTorch on the GPU*.
+
+Each module holds what repeats across chapters, never the lesson itself; every public
+function names, in its docstring, the chapter that introduces it.
+
+- :mod:`helpers.devices`: choosing, describing and checking devices (chapter 1)
+- :mod:`helpers.timing`: honest timing and FLOP/s (chapter 3)
+- :mod:`helpers.data`: MNIST offline or downloaded, regression data (chapters 4, 5)
+- :mod:`helpers.models`: the book's models (chapters 4, 5, 8)
+- :mod:`helpers.training`: the training loop (chapter 5)
+- :mod:`helpers.plotting`: plots (chapters 3, 5)
+- :mod:`helpers.checkpoints`: checkpoints across devices and wrappers (chapters 2, 7)
+- :mod:`helpers.results`: the committed benchmark results (chapter 3, appendix)
+- :mod:`helpers.bench`: the book's benchmark command, `python -m helpers.bench` (appendix)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+# On a machine that has a CUDA toolkit (nvcc) but no GPU, importing torch.utils.benchmark makes
+# torch.utils.cpp_extension log "No CUDA runtime is found". That message is about compiling C++
+# extensions, which the book never does, so it is noise in every executed chapter.
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+
+from . import devices  # noqa: E402
+from .devices import best_device, describe_devices, has_gpu  # noqa: E402
+
+# The other modules are imported on first use (helpers.data, helpers.timing, ...): importing
+# the package stays quick, and `python -m helpers.data` runs without a double import.
+_LAZY = ("bench", "checkpoints", "data", "models", "plotting", "results", "timing", "training")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'helpers' has no attribute {name!r}")
+
+__version__ = "0.1.0"
+
+
+__all__ = [
+    "best_device",
+    "chapter_setup",
+    "checkpoints",
+    "data",
+    "describe_devices",
+    "devices",
+    "has_gpu",
+    "models",
+    "plotting",
+    "results",
+    "timing",
+    "training",
+]
+
+_HARDWARE = {"cpu": "any machine, a CPU is enough", "gpu": "one GPU", "multi-gpu": "two or more GPUs"}
+
+
+def chapter_setup(chapter: int, needs: str = "cpu", best_on: str = "gpu",
+                  device: str | torch.device | None = None, seed: int = 0) -> torch.device:
+    """Print what a chapter needs and what this machine offers; return the device to use.
+
+    Called at the end of every chapter's setup cell (introduced in chapter 1). ``needs`` is
+    the least hardware on which every cell runs and ``best_on`` the hardware the chapter's
+    measurements are meant for, each one of ``"cpu"``, ``"gpu"`` or ``"multi-gpu"``; the
+    notebook's metadata declares the same two values. Seeds torch's generators with ``seed``.
+    """
+    for value in (needs, best_on):
+        if value not in _HARDWARE:
+            raise ValueError(f"hardware must be one of {sorted(_HARDWARE)}, got {value!r}")
+    torch.manual_seed(seed)
+    chosen = best_device(device)
+    print(f"Chapter {chapter} runs on {_HARDWARE[needs]}; its measurements are meant for "
+          f"{_HARDWARE[best_on]}.")
+    print(describe_devices())
+    if chosen.type == "cpu":
+        note = ("no GPU here, so every comparison falls back to the CPU and the committed GPU "
+                "results are shown beside the live ones" if best_on != "cpu" else "")
+        print(f"Using device: cpu{' (' + note + ')' if note else ''}")
+    else:
+        print(f"Using device: {chosen}")
+    if best_on == "multi-gpu" and devices.gpu_count() < 2:
+        print("Cells that need two or more GPUs will say so and show what they would do.")
+    return chosen

@@ -1,0 +1,116 @@
+"""Plots the chapters share: training histories, timing comparisons, size sweeps, image grids.
+
+Introduced in chapter 3 (timing plots) and chapter 5 (history and prediction grids).
+Every function returns the matplotlib ``Figure`` so a notebook can tweak or save it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+from matplotlib.figure import Figure
+
+__all__ = ["plot_history", "plot_speedups", "plot_sweep", "plot_timings", "show_images"]
+
+
+def plot_history(history: pd.DataFrame, metrics: Sequence[str] = ("loss", "acc"),
+                 title: str | None = None) -> Figure:
+    """Train and validation curves per epoch, one panel per metric (chapter 5).
+
+    ``history`` is the DataFrame returned by :func:`helpers.training.fit` (columns
+    ``train_<metric>`` and ``val_<metric>``); the restored best epoch is marked.
+    """
+    missing = [f"{s}_{m}" for m in metrics for s in ("train", "val")
+               if f"{s}_{m}" not in history.columns]
+    if missing:
+        raise KeyError(f"history has no column(s) {missing}; it has {list(history.columns)}")
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.5), squeeze=False)
+    for ax, metric in zip(axes[0], metrics, strict=True):
+        for split in ("train", "val"):
+            ax.plot(history["epoch"], history[f"{split}_{metric}"], marker="o", label=split)
+        if "best" in history.columns and history["best"].any():
+            best = history.loc[history["best"], "epoch"].iloc[0]
+            ax.axvline(best, color="grey", linestyle=":", label=f"best (epoch {best})")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(metric)
+        ax.legend()
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_timings(seconds: Mapping[str, float], errors: Mapping[str, float] | None = None,
+                 title: str = "", unit: str = "s", log: bool = False) -> Figure:
+    """Horizontal bars of times (or any figure) per label, with optional error bars (chapter 3)."""
+    if not seconds:
+        raise ValueError("nothing to plot: no timings given")
+    labels = list(seconds)
+    values = [seconds[k] for k in labels]
+    err = [errors.get(k, 0.0) for k in labels] if errors else None
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(labels) + 1.2))
+    ax.barh(labels, values, xerr=err, color="tab:blue")
+    ax.invert_yaxis()
+    ax.set_xlabel(unit)
+    if log:
+        ax.set_xscale("log")
+    for y, v in enumerate(values):
+        ax.annotate(f"{v:.3g}", (v, y), xytext=(3, 0), textcoords="offset points", va="center")
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_speedups(speedups: Mapping[str, float], title: str = "speed-up over baseline") -> Figure:
+    """Bars of speed-up factors with the break-even line at 1x (chapter 4)."""
+    fig = plot_timings(speedups, title=title, unit="x faster")
+    fig.axes[0].axvline(1.0, color="black", linewidth=1)
+    return fig
+
+
+def plot_sweep(frame: pd.DataFrame, x: str, y: str, hue: str, *, logx: bool = True,
+               logy: bool = True, title: str = "", ylabel: str | None = None) -> Figure:
+    """One line per value of ``hue`` of ``y`` against ``x`` (chapter 3's size sweep)."""
+    for col in (x, y, hue):
+        if col not in frame.columns:
+            raise KeyError(f"column {col!r} not in {list(frame.columns)}")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, group in frame.groupby(hue, sort=False):
+        group = group.sort_values(x)
+        ax.plot(group[x], group[y], marker="o", label=str(name))
+    ax.set_xscale("log" if logx else "linear")
+    ax.set_yscale("log" if logy else "linear")
+    ax.set_xlabel(x)
+    ax.set_ylabel(ylabel or y)
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def show_images(images: torch.Tensor, titles: Sequence[str] | None = None, ncols: int = 8,
+                colors: Sequence[str] | None = None) -> Figure:
+    """A grid of greyscale images ``[N, 1, H, W]`` or ``[N, H, W]`` with optional titles
+    (chapter 5's predictions: pass ``colors`` to mark wrong ones in red)."""
+    images = images.detach().cpu()
+    if images.ndim == 4:
+        images = images[:, 0]
+    if images.ndim != 3:
+        raise ValueError(f"expected images of shape [N, 1, H, W] or [N, H, W], got {tuple(images.shape)}")
+    n = len(images)
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(1.3 * ncols, 1.5 * nrows), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.axis("off")
+        if i < n:
+            ax.imshow(images[i], cmap="gray")
+            if titles is not None:
+                ax.set_title(titles[i], fontsize=9, color=colors[i] if colors else "black")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,216 @@
+"""The book's training loop, written out by hand in chapter 5 and reused from then on.
+
+Introduced in chapter 5 (MNIST, CPU vs GPU). Chapter 6 adds a learning-rate scheduler
+stepped on the validation loss; chapters 10 and 12 compare other trainers and recipes
+against it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pandas as pd
+import torch
+import torchmetrics
+from torch import nn
+from tqdm.auto import tqdm
+
+from .timing import synchronize
+
+__all__ = ["EarlyStopping", "evaluate", "fit", "predict", "train_epoch"]
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def _accuracy(num_classes: int, device: torch.device) -> torchmetrics.Metric:
+    # The metric keeps its running state in tensors, which must live where the predictions do.
+    return torchmetrics.classification.MulticlassAccuracy(num_classes=num_classes).to(device)
+
+
+def train_epoch(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    *,
+    num_classes: int = 10,
+    non_blocking: bool = False,
+    progress: bool = False,
+    desc: str = "train",
+) -> dict[str, float]:
+    """One pass over ``batches`` in training mode; returns mean loss and accuracy (chapter 5)."""
+    model.train()
+    acc = _accuracy(num_classes, device)
+    total_loss = torch.zeros((), device=device)
+    seen = 0
+    for x, y in tqdm(batches, desc=desc, leave=False, disable=not progress):
+        x = x.to(device, non_blocking=non_blocking)
+        y = y.to(device, non_blocking=non_blocking)
+        optimizer.zero_grad(set_to_none=True)
+        logits = model(x)
+        loss = loss_fn(logits, y)
+        loss.backward()
+        optimizer.step()
+        # Accumulate on the device: calling .item() here would synchronise every step.
+        total_loss += loss.detach() * len(y)
+        seen += len(y)
+        acc.update(logits.detach(), y)
+    if seen == 0:
+        raise ValueError("the training data yielded no batches")
+    return {"loss": total_loss.item() / seen, "acc": acc.compute().item()}
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    *,
+    num_classes: int = 10,
+    non_blocking: bool = False,
+    progress: bool = False,
+    desc: str = "validate",
+) -> dict[str, float]:
+    """Mean loss and accuracy over ``batches`` in eval mode, without autograd (chapter 5).
+
+    Puts the model in eval mode and leaves it there; :func:`train_epoch` switches back.
+    """
+    model.eval()
+    acc = _accuracy(num_classes, device)
+    total_loss = torch.zeros((), device=device)
+    seen = 0
+    for x, y in tqdm(batches, desc=desc, leave=False, disable=not progress):
+        x = x.to(device, non_blocking=non_blocking)
+        y = y.to(device, non_blocking=non_blocking)
+        logits = model(x)
+        total_loss += loss_fn(logits, y) * len(y)
+        seen += len(y)
+        acc.update(logits, y)
+    if seen == 0:
+        raise ValueError("the validation data yielded no batches")
+    return {"loss": total_loss.item() / seen, "acc": acc.compute().item()}
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module, batches: Iterable[Any], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Predicted classes and true labels for every batch, gathered on the CPU (chapter 5)."""
+    model.eval()
+    preds, labels = [], []
+    for x, y in batches:
+        preds.append(model(x.to(device)).argmax(dim=1).cpu())
+        labels.append(y.cpu())
+    return torch.cat(preds), torch.cat(labels)
+
+
+class EarlyStopping:
+    """Tracks a monitored metric, remembers the best weights and says when to stop (chapter 5).
+
+    ``mode="max"`` for accuracies, ``"min"`` for losses. The best weights are copied to the
+    CPU, so keeping them costs no accelerator memory.
+    """
+
+    def __init__(self, monitor: str = "val_acc", mode: str = "max", patience: int = 3,
+                 min_delta: float = 0.0) -> None:
+        if mode not in ("min", "max"):
+            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
+        if patience < 1:
+            raise ValueError(f"patience must be at least 1, got {patience}")
+        self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
+        self.best = -math.inf if mode == "max" else math.inf
+        self.best_epoch = -1
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.bad_epochs = 0
+
+    def improved(self, value: float) -> bool:
+        """Whether ``value`` beats the best so far by more than ``min_delta``."""
+        if self.mode == "max":
+            return value > self.best + self.min_delta
+        return value < self.best - self.min_delta
+
+    def step(self, epoch: int, metrics: dict[str, float], model: nn.Module) -> bool:
+        """Record one epoch's metrics; return True when training should stop."""
+        if self.monitor not in metrics:
+            raise KeyError(f"monitored metric {self.monitor!r} not in {sorted(metrics)}")
+        value = metrics[self.monitor]
+        if self.improved(value):
+            self.best, self.best_epoch, self.bad_epochs = value, epoch, 0
+            self.best_state = {k: v.detach().to("cpu", copy=True)
+                               for k, v in model.state_dict().items()}
+        else:
+            self.bad_epochs += 1
+        return self.bad_epochs >= self.patience
+
+    def restore(self, model: nn.Module) -> None:
+        """Load the best weights back into ``model`` (after training, not during it)."""
+        if self.best_state is None:
+            raise RuntimeError("no epoch has been recorded yet")
+        model.load_state_dict(copy.deepcopy(self.best_state))
+
+
+def fit(
+    model: nn.Module,
+    train_batches: Iterable[Batch],
+    val_batches: Iterable[Batch],
+    *,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    device: torch.device | str,
+    epochs: int = 10,
+    num_classes: int = 10,
+    monitor: str = "val_acc",
+    mode: str = "max",
+    patience: int = 3,
+    scheduler: Any | None = None,
+    non_blocking: bool = False,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Train with validation, early stopping and best-weights restore; return the history
+    as a DataFrame with one row per epoch (chapter 5).
+
+    Columns: ``epoch``, ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``, ``lr``,
+    ``seconds`` (wall time of the epoch, device synchronised) and ``best`` (the epoch whose
+    weights the model holds afterwards). A ``ReduceLROnPlateau`` scheduler is stepped on the
+    validation loss, any other scheduler once per epoch (chapter 6).
+    """
+    device = torch.device(device)
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    loss_fn = loss_fn or nn.CrossEntropyLoss()
+    stopper = EarlyStopping(monitor=monitor, mode=mode, patience=patience)
+    rows: list[dict[str, Any]] = []
+    bar = tqdm(range(1, epochs + 1), desc="epochs", disable=not progress)
+    for epoch in bar:
+        synchronize(device)
+        start = time.perf_counter()
+        train = train_epoch(model, train_batches, optimizer, loss_fn, device,
+                            num_classes=num_classes, non_blocking=non_blocking)
+        val = evaluate(model, val_batches, loss_fn, device,
+                       num_classes=num_classes, non_blocking=non_blocking)
+        synchronize(device)
+        row = {"epoch": epoch,
+               **{f"train_{k}": v for k, v in train.items()},
+               **{f"val_{k}": v for k, v in val.items()},
+               "lr": optimizer.param_groups[0]["lr"],
+               "seconds": time.perf_counter() - start}
+        rows.append(row)
+        if scheduler is not None:
+            if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+                scheduler.step(val["loss"])
+            else:
+                scheduler.step()
+        bar.set_postfix(val_acc=f"{val['acc']:.4f}", val_loss=f"{val['loss']:.4f}")
+        if stopper.step(epoch, row, model):
+            break
+    bar.close()
+    stopper.restore(model)  # once, after the loop: the model ends with its best weights
+    history = pd.DataFrame(rows)
+    history["best"] = history["epoch"] == stopper.best_epoch
+    return history
