@@ -1,0 +1,338 @@
+"""The benchmark command, ``python -m helpers.bench``, run on fake workloads."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.bench import __main__ as runner
+from helpers.bench import core, schema
+from helpers.bench.core import Figure
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A registry holding two fake workloads, with results/ redirected to a temporary folder.
+
+    Returns a namespace: ``calls`` counts runs, ``fail`` makes ``beta`` raise, ``results`` is
+    the folder a full run writes to by default.
+    """
+    monkeypatch.setattr(core, "WORKLOADS", {})
+    monkeypatch.setattr(runner, "load_workload_modules", lambda package=None: [])
+    results = tmp_path / "results"
+    monkeypatch.setenv("BOOK_RESULTS_DIR", str(results))
+
+    class State:
+        calls = 0
+        fail: BaseException | None = None
+
+    state = State()
+    state.results = results
+    state.scratch = tmp_path / "_build" / "bench"
+
+    @core.workload("alpha", 3, "A fake matrix multiply.")
+    def alpha(device, *, quick):
+        state.calls += 1
+        return [Figure("product time", 0.5 if quick else 1.0 + state.calls, "s", str(device),
+                       spread=0.01),
+                Figure("throughput", 2.0, "TFLOP/s", "cpu")]
+
+    @core.workload("beta", "appendix")
+    def beta(device, *, quick):
+        """A fake training loop."""
+        if state.fail is not None:
+            raise state.fail
+        return [Figure("epoch time", 3.0, "s", str(device), note="fake")]
+
+    return state
+
+
+def run(*argv: str) -> int:
+    return runner.main(["--no-progress", *argv])
+
+
+def only_file(folder: Path) -> Path:
+    files = sorted(folder.glob("*"))
+    assert len(files) == 1, f"expected one file in {folder}, found {[f.name for f in files]}"
+    return files[0]
+
+
+def test_full_run_writes_one_valid_file_named_after_the_machine(bench, capsys):
+    assert run() == 0
+    path = only_file(bench.results)
+    doc = json.loads(path.read_text())
+    assert schema.validate(doc) == []
+    assert schema.validate_file(path) == []
+    assert path.stem == doc["machine"]["slug"] == core.machine_slug(core.machine_info())
+    assert doc["quick"] is False and doc["command"] == "python -m helpers.bench --no-progress"
+    for key in ("device_name", "gpu_count", "driver", "cuda", "torch"):
+        assert key in doc["machine"]
+    names = [(f["workload"], f["chapter"], f["name"], f["unit"]) for f in doc["figures"]]
+    assert names == [("alpha", 3, "product time", "s"), ("alpha", 3, "throughput", "TFLOP/s"),
+                     ("beta", "appendix", "epoch time", "s")]
+    assert [w["name"] for w in doc["workloads"]] == ["alpha", "beta"]
+    assert doc["workloads"][1]["description"] == "A fake training loop."
+    assert "Wrote" in capsys.readouterr().out
+
+
+def test_second_run_replaces_the_machines_file(bench, capsys):
+    assert run() == 0
+    path = only_file(bench.results)
+    first = json.loads(path.read_text())
+    assert run() == 0
+    assert only_file(bench.results) == path
+    second = json.loads(path.read_text())
+    assert first["figures"][0]["value"] == 2.0 and second["figures"][0]["value"] == 3.0
+    assert "Replaced" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("error", [RuntimeError("CUDA out of memory"), KeyboardInterrupt()])
+def test_a_failed_run_leaves_the_previous_file_intact(bench, capsys, error):
+    assert run() == 0
+    path = only_file(bench.results)
+    before = path.read_bytes()
+    bench.fail = error
+    assert run() == 1
+    assert path.read_bytes() == before
+    assert only_file(bench.results) == path  # no temporary file left behind
+    err = capsys.readouterr().err
+    assert "left unchanged" in err
+    if isinstance(error, RuntimeError):
+        assert "CUDA out of memory" in err
+
+
+def test_a_failed_first_run_writes_nothing(bench):
+    bench.fail = ValueError("broken")
+    assert run() == 1
+    assert not bench.results.exists() or not any(bench.results.iterdir())
+
+
+@pytest.mark.parametrize("bad", [[], "not a list", [1.0], [Figure("x", float("nan"), "s", "cpu")]])
+def test_a_workload_returning_no_figures_or_bad_ones_fails(bench, bad, capsys):
+    @core.workload("gamma", 4)
+    def gamma(device, *, quick):
+        return bad
+
+    assert run() == 1
+    assert not bench.results.exists()
+    assert "gamma" in capsys.readouterr().err
+
+
+def test_figures_that_break_the_schema_are_not_written(bench, capsys):
+    @core.workload("gamma", 4)
+    def gamma(device, *, quick):
+        return [Figure("t", 1.0, "s", "cpu"), Figure("t", 2.0, "s", "cpu")]
+
+    assert run() == 1
+    assert not bench.results.exists()
+    assert "twice" in capsys.readouterr().err
+
+
+def test_list_names_every_workload_in_chapter_order(bench, capsys):
+    assert run("--list") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["alpha", "beta"]
+    assert "A fake matrix multiply." in lines[0]
+    assert bench.calls == 0 and not bench.results.exists()
+
+
+def test_only_runs_the_named_workloads_and_writes_a_scratch_file(bench):
+    assert run("--only", "beta") == 0
+    assert bench.calls == 0 and not bench.results.exists()
+    doc = json.loads(only_file(bench.scratch).read_text())
+    assert {f["workload"] for f in doc["figures"]} == {"beta"}
+    assert run("--only", "beta", "--only", "alpha", "--out", str(bench.scratch / "two")) == 0
+    doc = json.loads(only_file(bench.scratch / "two").read_text())
+    assert {f["workload"] for f in doc["figures"]} == {"alpha", "beta"}
+    assert doc["command"].endswith("--only beta --only alpha --out " + str(bench.scratch / "two"))
+
+
+def test_unknown_workload_is_refused(bench, capsys):
+    assert run("--only", "nope") == 2
+    assert "unknown workload(s) 'nope'" in capsys.readouterr().err
+
+
+def test_quick_runs_never_write_into_results(bench, capsys):
+    assert run("--quick") == 0
+    doc = json.loads(only_file(bench.scratch).read_text())
+    assert doc["quick"] is True and doc["figures"][0]["value"] == 0.5
+    assert not bench.results.exists()
+    for argv in (["--quick"], ["--only", "alpha"]):
+        assert run(*argv, "--out", str(bench.results)) == 2
+        assert "may not write into" in capsys.readouterr().err
+    assert not bench.results.exists()
+
+
+def test_a_device_other_than_the_best_one_gets_its_own_file(bench, monkeypatch):
+    import helpers.devices
+
+    monkeypatch.setattr(helpers.devices, "available_devices", lambda: ["cuda:0", "cpu"])
+    assert run("--device", "cpu") == 0
+    path = only_file(bench.results)
+    assert path.stem.endswith("-on-cpu")
+    assert schema.validate_file(path) == []
+
+
+def test_a_missing_device_is_refused(bench, capsys):
+    assert run("--device", "cuda:7") == 2
+    err = capsys.readouterr().err
+    assert "not available" in err or "does not exist" in err
+
+
+def test_a_broken_workload_module_is_reported_and_stops_the_run(bench, monkeypatch, capsys):
+    monkeypatch.setattr(runner, "load_workload_modules",
+                        lambda package=None: [("helpers.bench.broken", "ImportError: no lib")])
+    assert run() == 2
+    err = capsys.readouterr().err
+    assert "helpers.bench.broken failed to import: ImportError: no lib" in err
+    assert not bench.results.exists()
+    assert run("--list") == 2
+
+
+def test_load_workload_modules_imports_each_module_and_reports_failures(tmp_path, monkeypatch):
+    pkg = tmp_path / "fakebench"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core.py").write_text("raise AssertionError('core is not a workload')\n")
+    (pkg / "good.py").write_text("LOADED = True\n")
+    (pkg / "broken.py").write_text("import module_that_does_not_exist\n")
+    (pkg / "_private.py").write_text("raise AssertionError('private')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        failures = runner.load_workload_modules("fakebench")
+        assert [m for m, _ in failures] == ["fakebench.broken"]
+        assert "ModuleNotFoundError" in failures[0][1]
+        assert sys.modules["fakebench.good"].LOADED
+    finally:
+        for name in [n for n in sys.modules if n.startswith("fakebench")]:
+            del sys.modules[name]
+
+
+def test_write_atomically_keeps_the_old_file_when_the_write_fails(tmp_path, monkeypatch):
+    path = tmp_path / "m.json"
+    runner.write_atomically({"a": 1}, path)
+    assert json.loads(path.read_text()) == {"a": 1}
+
+    def boom(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        runner.write_atomically({"a": 2}, path)
+    assert json.loads(path.read_text()) == {"a": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"]
+    with pytest.raises(ValueError):  # NaN is not JSON
+        runner.write_atomically({"a": float("nan")}, path)
+
+
+# The schema ---------------------------------------------------------------------------
+
+def good_doc() -> dict:
+    return {
+        "schema_version": 1, "date": "2026-01-02T03:04:05+00:00",
+        "command": "python -m helpers.bench", "quick": False, "duration_s": 12.5,
+        "machine": {"slug": "gpu-nvidia-h100-80gb-hbm3-x1", "device_name": "NVIDIA H100 80GB HBM3",
+                    "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
+                    "cpu": "Some CPU", "cpu_count": 16, "driver": "550.54.15", "cuda": "12.8",
+                    "torch": "2.14.1", "python": "3.11.9", "platform": "Linux"},
+        "figures": [{"workload": "matmul", "chapter": 3, "name": "fp32 4096", "value": 51.0,
+                     "unit": "TFLOP/s", "device": "cuda:0", "spread": 0.3, "note": ""}],
+    }
+
+
+def test_a_good_document_passes():
+    assert schema.validate(good_doc()) == []
+    schema.check(good_doc())
+    assert schema.SCHEMA_VERSION == __import__("helpers.results").results.SCHEMA_VERSION
+
+
+def _set(doc, path, value):
+    *parents, last = path
+    target = doc
+    for key in parents:
+        target = target[key]
+    if value is KeyError:
+        del target[last]
+    else:
+        target[last] = value
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("schema_version",), 2, "schema_version"),
+    (("date",), "yesterday", "ISO-8601"),
+    (("date",), "2026-01-02T03:04:05", "UTC"),
+    (("command",), "", "command"),
+    (("quick",), "no", "quick"),
+    (("figures",), [], "non-empty"),
+    (("machine", "driver"), None, "driver"),
+    (("machine", "cuda"), None, "CUDA"),
+    (("machine", "gpu_count"), 2, "gpus"),
+    (("machine", "slug"), "Not A Slug", "slug"),
+    (("machine", "torch"), KeyError, "lacks 'torch'"),
+    (("figures", 0, "value"), float("inf"), "finite"),
+    (("figures", 0, "value"), True, "finite"),
+    (("figures", 0, "value"), "51", "finite"),
+    (("figures", 0, "spread"), -1.0, "spread"),
+    (("figures", 0, "unit"), "", "unit"),
+    (("figures", 0, "device"), "NVIDIA H100", "device"),
+    (("figures", 0, "chapter"), None, "chapter"),
+    (("figures", 0, "note"), KeyError, "lacks 'note'"),
+])
+def test_schema_rejects_bad_documents(path, value, message):
+    doc = copy.deepcopy(good_doc())
+    _set(doc, path, value)
+    problems = schema.validate(doc)
+    assert any(message in p for p in problems), problems
+    with pytest.raises(schema.SchemaError, match=message):
+        schema.check(doc)
+
+
+def test_schema_rejects_a_figure_reported_twice_and_a_misnamed_file(tmp_path):
+    doc = good_doc()
+    doc["figures"].append(dict(doc["figures"][0]))
+    assert any("twice" in p for p in schema.validate(doc))
+    path = tmp_path / "other-name.json"
+    path.write_text(json.dumps(good_doc()))
+    assert any("named 'other-name.json'" in p for p in schema.validate_file(path))
+    path.write_text("{not json")
+    assert "cannot be read as JSON" in schema.validate_file(path)[0]
+    assert schema.validate([]) and schema.validate({"figures": []})
+
+
+def test_a_cpu_only_machine_needs_no_driver():
+    doc = good_doc()
+    doc["machine"].update(slug="cpu-some-cpu-16c", device_name="Some CPU", gpu_count=0, gpus=[],
+                          driver=None, cuda=None)
+    doc["figures"][0]["device"] = "cpu"
+    assert schema.validate(doc) == []
+
+
+# The real command, with the book's own workload modules ---------------------------------
+
+def test_the_command_lists_the_books_workloads():
+    """Every workload module in helpers/bench/ imports, and the command lists what it found."""
+    proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--list"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    modules = sorted(p.stem for p in (ROOT / "helpers" / "bench").glob("*.py")
+                     if not p.stem.startswith("_") and p.stem not in runner.NOT_WORKLOADS)
+    listed = [line.split()[0] for line in proc.stdout.splitlines() if "chapter" in line]
+    assert len(listed) >= len(modules), (modules, proc.stdout)
+
+
+def test_the_command_explains_itself():
+    proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0
+    usage = textwrap.dedent(proc.stdout)
+    for option in ("--quick", "--only", "--out", "--list", "--device"):
+        assert option in usage
