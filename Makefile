@@ -60,6 +60,7 @@ $(STAGE)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) | venv data
 	cp $< $@
 	$(PY) -m pytest -p no:cacheprovider -q --nbmake --overwrite \
 	  --nbmake-timeout=$(NB_TIMEOUT) $@
+	$(PY) scripts/notebook.py trim-errors $@
 
 notebooks: $(EXECUTED)
 
@@ -80,7 +81,7 @@ unit: venv data
 	$(PY) -m pytest -m "not book"
 
 test: lint book browser-deps
-	$(PY) -m pytest
+	$(PY) -m pytest --require-book
 
 ## The book's benchmark: figures for results/<machine>.json -------------------------
 bench: venv data

@@ -109,7 +109,7 @@ def show_images(images: torch.Tensor, titles: Sequence[str] | None = None, ncols
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i < n:
-            ax.imshow(images[i], cmap="gray")
+            ax.imshow(images[i].numpy(), cmap="gray")
             if titles is not None:
                 ax.set_title(titles[i], fontsize=9, color=colors[i] if colors else "black")
     fig.tight_layout()

@@ -7,6 +7,7 @@ for tagged cells) and convert it; or edit the notebook directly and normalise it
     python scripts/notebook.py build  draft.py chapters/05_mnist.ipynb --chapter 5 --needs cpu --best-on gpu
     python scripts/notebook.py dump   chapters/05_mnist.ipynb draft.py
     python scripts/notebook.py normalize chapters/*.ipynb
+    python scripts/notebook.py trim-errors _build/src/chapters/*.ipynb
 
 Normalising strips outputs and execution counts and sets the metadata every chapter carries:
 the Python 3 kernel, Colab's request for a GPU runtime, and the hardware the chapter declares
@@ -54,6 +55,27 @@ def normalize(nb: nbformat.NotebookNode, chapter=None, needs=None, best_on=None)
         cell.metadata = nbformat.from_dict({"tags": tags} if tags else {})
     nb.nbformat, nb.nbformat_minor = 4, 5
     return nb
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def trim_errors(nb: nbformat.NotebookNode) -> int:
+    """Shorten the error outputs of executed ``raises-exception`` cells to the final
+    ``ErrorType: message`` line, the part a reader compares with their own screen.
+
+    The frames inside PyTorch teach nothing and bury the message; the message itself is kept
+    exactly as PyTorch printed it. Returns how many outputs were trimmed.
+    """
+    trimmed = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "raises-exception" not in cell.metadata.get("tags", []):
+            continue
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                out["traceback"] = [f"{out['ename']}: {_ANSI.sub('', out['evalue'])}"]
+                trimmed += 1
+    return trimmed
 
 
 def from_percent(text: str) -> nbformat.NotebookNode:
@@ -110,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("dump", help=".ipynb -> percent-format .py")
     d.add_argument("source", type=Path)
     d.add_argument("target", type=Path)
+    t = sub.add_parser("trim-errors", help="shorten tagged error outputs, in place")
+    t.add_argument("notebooks", type=Path, nargs="+")
     n = sub.add_parser("normalize", help="strip outputs, set metadata, in place")
     n.add_argument("notebooks", type=Path, nargs="+")
     for p in (b, n):
@@ -128,6 +152,11 @@ def main(argv: list[str] | None = None) -> int:
         args.target.write_text(nbformat.writes(nb) + "\n")
     elif args.cmd == "dump":
         args.target.write_text(to_percent(nbformat.read(args.source, as_version=4)))
+    elif args.cmd == "trim-errors":
+        for path in args.notebooks:
+            nb = nbformat.read(path, as_version=4)
+            trim_errors(nb)
+            nbformat.write(nb, path)
     else:
         for path in args.notebooks:
             nb = nbformat.read(path, as_version=4)

@@ -1,0 +1,115 @@
+import pytest
+import torch
+from torch import nn
+
+from helpers import devices
+from helpers.devices import (
+    DeviceMismatchError,
+    available_devices,
+    best_device,
+    check_same_device,
+    describe_devices,
+    device_of,
+    module_device,
+    resolve_device,
+)
+
+
+def test_available_devices_lists_cpu_last():
+    names = available_devices()
+    assert names[-1] == "cpu"
+    assert len(names) == len(set(names)) or "mps" not in names
+
+
+def test_best_device_prefers_an_accelerator_when_present():
+    dev = best_device()
+    assert str(dev) == available_devices()[0] or dev.type == available_devices()[0]
+    if not torch.cuda.is_available() and not devices.has_gpu():
+        assert dev == torch.device("cpu")
+
+
+def test_override_argument_and_environment(monkeypatch):
+    assert best_device("cpu") == torch.device("cpu")
+    monkeypatch.setenv("BOOK_DEVICE", "cpu")
+    assert best_device() == torch.device("cpu")
+    monkeypatch.setenv("BOOK_DEVICE", "meta")
+    assert best_device() == torch.device("meta")
+
+
+@pytest.mark.parametrize("bad", ["gpu", "cuda:x", "banana"])
+def test_unknown_device_string_lists_what_exists(bad):
+    with pytest.raises(ValueError) as err:
+        resolve_device(bad)
+    assert "Devices on this machine: " in str(err.value)
+    assert "cpu" in str(err.value)
+
+
+def test_gpu_index_that_does_not_exist():
+    index = torch.cuda.device_count() + 3
+    with pytest.raises(ValueError, match=rf"cuda:{index}.*(not available|does not exist)"):
+        resolve_device(f"cuda:{index}")
+    with pytest.raises(ValueError, match="Devices on this machine"):
+        best_device(index)
+
+
+def test_environment_override_is_checked(monkeypatch):
+    monkeypatch.setenv("BOOK_DEVICE", "cuda:99")
+    with pytest.raises(ValueError, match="cuda:99"):
+        best_device()
+
+
+def test_resolve_device_normalises():
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+    assert resolve_device(" cpu ") == torch.device("cpu")
+    if torch.cuda.is_available():
+        assert resolve_device("cuda") == torch.device("cuda", 0)
+
+
+def test_describe_devices_mentions_versions_and_cpu():
+    text = describe_devices()
+    assert torch.__version__ in text
+    assert "cpu" in text
+    if not devices.has_gpu():
+        assert "no GPU" in text
+
+
+def test_module_device_and_device_of():
+    net = nn.Linear(2, 3)
+    assert module_device(net) == torch.device("cpu")
+    assert device_of(net) == torch.device("cpu")
+    assert device_of(torch.zeros(1, device="meta")) == torch.device("meta")
+    assert device_of("not a tensor") is None
+    net.to("meta")
+    assert module_device(net) == torch.device("meta")
+
+
+def test_module_device_without_tensors():
+    with pytest.raises(ValueError, match="no parameters or buffers"):
+        module_device(nn.ReLU())
+
+
+def test_module_split_across_devices_names_the_tensor():
+    net = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    net[1].to("meta")
+    with pytest.raises(DeviceMismatchError, match=r"'1\.weight' on meta"):
+        module_device(net)
+
+
+def test_check_same_device_returns_the_device():
+    x = torch.zeros(3)
+    assert check_same_device(x, model=nn.Linear(3, 1)) == torch.device("cpu")
+
+
+def test_check_same_device_says_which_object_is_where():
+    model = nn.Linear(3, 1).to("meta")
+    x = torch.zeros(2, 3)
+    with pytest.raises(DeviceMismatchError) as err:
+        check_same_device(model=model, x=x, lr=0.1)
+    message = str(err.value)
+    assert "model is on meta" in message and "x is on cpu" in message
+    assert "lr" not in message  # non-tensors are ignored
+
+
+def test_check_same_device_needs_a_tensor():
+    with pytest.raises(ValueError, match="at least one tensor"):
+        check_same_device(1, "a")

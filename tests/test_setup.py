@@ -1,0 +1,74 @@
+"""The package as a whole: chapter_setup, lazy submodules, the notebook tool."""
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+import torch
+
+import helpers
+from tests.conftest import ROOT
+
+
+def test_chapter_setup_reports_hardware_and_returns_a_device(capsys):
+    dev = helpers.chapter_setup(chapter=3, needs="cpu", best_on="gpu")
+    out = capsys.readouterr().out
+    assert "Chapter 3 runs on any machine" in out
+    assert "one GPU" in out
+    assert f"Using device: {dev}" in out
+    assert isinstance(dev, torch.device)
+
+
+def test_chapter_setup_seeds_and_validates():
+    helpers.chapter_setup(1, seed=123)
+    a = torch.rand(3)
+    helpers.chapter_setup(1, seed=123)
+    assert torch.equal(a, torch.rand(3))
+    with pytest.raises(ValueError, match="hardware must be one of"):
+        helpers.chapter_setup(1, needs="tpu")
+    with pytest.raises(ValueError, match="Devices on this machine"):
+        helpers.chapter_setup(1, device="cuda:42")
+
+
+def test_submodules_load_lazily():
+    code = "import sys, helpers; print('helpers.training' in sys.modules); helpers.training; print('helpers.training' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True"]
+    with pytest.raises(AttributeError):
+        helpers.no_such_module  # noqa: B018
+
+
+def test_every_public_helper_has_a_docstring_naming_its_chapter():
+    import importlib
+    import inspect
+
+    missing = []
+    for name in ("devices", "timing", "data", "models", "training", "plotting", "checkpoints", "results"):
+        module = importlib.import_module(f"helpers.{name}")
+        for attr in module.__all__:
+            obj = getattr(module, attr)
+            if inspect.isfunction(obj) or inspect.isclass(obj):
+                doc = inspect.getdoc(obj) or ""
+                if "chapter" not in doc.lower() and "appendix" not in doc.lower():
+                    missing.append(f"{name}.{attr}")
+    assert not missing, f"docstrings that name no chapter: {missing}"
+
+
+def test_notebook_tool_round_trip(tmp_path):
+    draft = tmp_path / "draft.py"
+    draft.write_text('# %% [markdown]\n# # Title\n#\n# Text.\n\n# %%\nx = 1\n\n'
+                     '# %% tags=["raises-exception"]\nraise ValueError("on purpose")\n')
+    nb_path = tmp_path / "n.ipynb"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook.py"), "build", str(draft),
+                    str(nb_path), "--chapter", "7", "--needs", "cpu", "--best-on", "multi-gpu"], check=True)
+    nb = nbformat.read(nb_path, as_version=4)
+    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code"]
+    assert nb.cells[0].source == "# Title\n\nText."
+    assert nb.cells[2].metadata.tags == ["raises-exception"]
+    assert nb.metadata.book == {"chapter": 7, "needs": "cpu", "best_on": "multi-gpu"}
+    assert nb.metadata.accelerator == "GPU" and nb.metadata.colab.gpuType == "T4"
+    back = tmp_path / "back.py"
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook.py"), "dump", str(nb_path),
+                    str(back)], check=True)
+    assert 'tags=["raises-exception"]' in back.read_text()
