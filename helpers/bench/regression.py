@@ -1,0 +1,143 @@
+"""The ``regression`` workload: 500 full-batch Adam steps of a linear regression (chapter 4).
+
+Chapter 4 (Linear regression, CPU vs GPU) fits ``y = x @ w.T + b`` to the source material's
+data (n = 1,000,000 rows, w = [2, -3], b = 10, noise standard deviation 2) with 500 Adam steps
+on each device, each time from a fresh model with the same starting point. It writes the
+training loop out in raw PyTorch first; :func:`fit_regression` is that loop, kept here so the
+chapter's later runs and the book's benchmark command share it.
+
+Figures (``quick=True`` uses 20,000 rows and says so in each note):
+
+- always: ``cpu_seconds`` (the 500 steps), ``cpu_final_loss``, ``cpu_w0``, ``cpu_w1``, ``cpu_b``;
+- on an accelerator: ``gpu_seconds`` (median of three runs, IQR as spread),
+  ``gpu_item_seconds`` (the same loop calling ``loss.item()`` every step),
+  ``gpu_item_cost_per_step_seconds``, ``gpu_speedup_vs_cpu``, ``gpu_final_loss``, ``gpu_w0``,
+  ``gpu_w1`` and ``gpu_b``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from helpers.bench.core import Figure, workload
+from helpers.data import make_regression
+from helpers.models import LinearRegression
+from helpers.timing import synchronize
+
+__all__ = ["LR", "N", "NOISE_STD", "STEPS", "TRUE_B", "TRUE_W", "RegressionRun", "fit_regression",
+           "run"]
+
+#: The source material's problem and training recipe.
+N, TRUE_W, TRUE_B, NOISE_STD = 1_000_000, (2.0, -3.0), 10.0, 2.0
+STEPS, LR = 500, 0.1
+
+
+@dataclass(frozen=True)
+class RegressionRun:
+    """What :func:`fit_regression` returns: the time, the loss per step and the fitted values."""
+
+    device: str
+    seconds: float
+    losses: torch.Tensor = field(repr=False)  # on the CPU, one value per step
+    w: tuple[float, ...]
+    b: float
+    log_every_step: bool = False
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.losses[-1])
+
+
+def fit_regression(x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, lr: float = LR,
+                   log_every_step: bool = False, progress: bool = False,
+                   seed: int = 0) -> RegressionRun:
+    """Fit a fresh :class:`~helpers.models.LinearRegression` to ``x``, ``y`` with full-batch Adam
+    on the device the data lives on, and time the ``steps`` steps honestly (chapter 4).
+
+    The losses are kept in a tensor on the device and copied to the CPU once at the end; with
+    ``log_every_step`` the loop instead calls ``loss.item()`` every step, as the source
+    material's logging does, which makes the CPU wait for the GPU each time.
+    """
+    if x.device != y.device:
+        raise ValueError(f"x is on {x.device} but y is on {y.device}; move both to one device")
+    device = x.device
+    model = LinearRegression(n_features=x.shape[1], seed=seed).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    loss_fn = nn.MSELoss()
+    losses = torch.empty(steps, device=device)
+    logged: list[float] = []
+    steps_range = range(steps)
+    if progress:
+        from tqdm.auto import tqdm
+
+        steps_range = tqdm(steps_range, desc=f"Adam on {device}", unit="step")
+
+    synchronize(device)
+    tic = time.perf_counter()
+    for step in steps_range:
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if log_every_step:
+            logged.append(loss.item())
+        else:
+            losses[step] = loss.detach()
+    synchronize(device)
+    seconds = time.perf_counter() - tic
+
+    history = torch.tensor(logged) if log_every_step else losses.cpu()
+    w = tuple(float(v) for v in model.w.detach().cpu().ravel())
+    return RegressionRun(str(device), seconds, history, w, float(model.b.detach().cpu()),
+                         log_every_step)
+
+
+def _fit_figures(prefix: str, result: RegressionRun, device: str, tag: str) -> list[Figure]:
+    return [
+        Figure(f"{prefix}_final_loss", result.final_loss, "MSE", device, None,
+               f"{tag}after the last step; the noise variance is {NOISE_STD ** 2:g}"),
+        *(Figure(f"{prefix}_w{i}", value, "1", device, None, f"{tag}true value {true:g}")
+          for i, (value, true) in enumerate(zip(result.w, TRUE_W, strict=True))),
+        Figure(f"{prefix}_b", result.b, "1", device, None, f"{tag}true value {TRUE_B:g}"),
+    ]
+
+
+@workload("regression", chapter=4)
+def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
+    """Seconds for 500 full-batch Adam steps of linear regression on the CPU and the accelerator."""
+    device = torch.device(device)
+    n = 20_000 if quick else N
+    tag = "quick run: " if quick else ""
+    what = f"{STEPS} Adam steps, n={n:,}, fresh model"
+    x, y = make_regression(n, TRUE_W, TRUE_B, NOISE_STD, seed=0)
+
+    cpu = fit_regression(x, y)
+    figures = [Figure("cpu_seconds", cpu.seconds, "s", "cpu", None, f"{tag}{what}, one run"),
+               *_fit_figures("cpu", cpu, "cpu", tag)]
+    if device.type == "cpu":
+        return figures
+
+    xd, yd = x.to(device), y.to(device)
+    fit_regression(xd, yd, steps=10)  # warm-up: CUDA kernels, cuBLAS handle, allocator
+    runs = [fit_regression(xd, yd) for _ in range(3)]
+    seconds = [r.seconds for r in runs]
+    q = statistics.quantiles(seconds, n=4)
+    median = statistics.median(seconds)
+    item = fit_regression(xd, yd, log_every_step=True)
+    dev = str(device)
+    figures += [
+        Figure("gpu_seconds", median, "s", dev, q[2] - q[0], f"{tag}{what}, median of 3 runs"),
+        Figure("gpu_item_seconds", item.seconds, "s", dev, None,
+               f"{tag}{what}, loss.item() every step, one run"),
+        Figure("gpu_item_cost_per_step_seconds", (item.seconds - median) / STEPS, "s", dev, None,
+               f"{tag}(item run - median run) / {STEPS} steps"),
+        Figure("gpu_speedup_vs_cpu", cpu.seconds / median, "x", dev, None,
+               f"{tag}cpu_seconds / gpu_seconds"),
+        *_fit_figures("gpu", runs[0], dev, tag),
+    ]
+    return figures

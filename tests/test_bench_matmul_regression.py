@@ -1,0 +1,104 @@
+"""The ``matmul`` and ``regression`` benchmark workloads (chapters 3 and 4), quick runs on the CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers.bench import core
+from helpers.bench import matmul as bench_matmul
+from helpers.bench import regression as bench_regression
+
+
+def _by_name(figures: list[core.Figure]) -> dict[str, core.Figure]:
+    names = [f.name for f in figures]
+    assert len(names) == len(set(names)), f"figure names repeat: {names}"
+    return {f.name: f for f in figures}
+
+
+def _check_common(figures: list[core.Figure]) -> None:
+    assert figures, "a workload must return figures"
+    for fig in figures:
+        assert isinstance(fig, core.Figure)
+        assert fig.name == fig.name.lower() and " " not in fig.name, fig.name
+        assert fig.unit.strip(), f"{fig.name} has no unit"
+        assert math.isfinite(fig.value), f"{fig.name} = {fig.value}"
+        assert fig.spread is None or (math.isfinite(fig.spread) and fig.spread >= 0), fig
+        assert fig.device == "cpu", fig
+        assert fig.note.startswith("quick run"), f"{fig.name}: quick figures must say so"
+
+
+def test_importing_the_modules_registers_both_workloads() -> None:
+    assert core.WORKLOADS["matmul"].fn is bench_matmul.run
+    assert core.WORKLOADS["matmul"].chapter == 3
+    assert core.WORKLOADS["regression"].fn is bench_regression.run
+    assert core.WORKLOADS["regression"].chapter == 4
+
+
+def test_matmul_quick_on_cpu() -> None:
+    threads = torch.get_num_threads()
+    figures = bench_matmul.run(torch.device("cpu"), quick=True)
+    assert torch.get_num_threads() == threads, "the thread count must be restored"
+    _check_common(figures)
+    got = _by_name(figures)
+    assert set(got) == {"cpu_seed_product_seconds", "cpu_seed_product_gflops",
+                        "cpu_gflops_1thread", "cpu_gflops_all_threads"}
+    assert got["cpu_seed_product_seconds"].unit == "s"
+    for name in ("cpu_seed_product_gflops", "cpu_gflops_1thread", "cpu_gflops_all_threads"):
+        assert got[name].unit == "GFLOP/s"
+    for fig in figures:
+        assert fig.value > 0, fig
+    # seconds and GFLOP/s of the same product agree: 2*m*k*n flops
+    flops = 2 * 1000 * 200 * 1000
+    gflops = flops / got["cpu_seed_product_seconds"].value / 1e9
+    assert gflops == pytest.approx(got["cpu_seed_product_gflops"].value, rel=1e-9)
+
+
+def test_fp32_precision_restores_the_setting() -> None:
+    before = torch.backends.cuda.matmul.fp32_precision
+    with bench_matmul.fp32_precision("tf32"):
+        assert torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.backends.cuda.matmul.fp32_precision == before
+    with pytest.raises(ValueError):
+        with bench_matmul.fp32_precision("fp16"):
+            pass
+
+
+def test_time_matmul_with_and_without_copy_on_cpu() -> None:
+    for include_copy in (False, True):
+        timing, tf = bench_matmul.time_matmul(64, 32, 16, "cpu", include_copy=include_copy,
+                                              warmup=1, min_run_time=0.01)
+        assert timing.median > 0 and tf > 0
+    assert bench_matmul.supported_modes("cpu") == ["fp32"]
+    with pytest.raises(ValueError):
+        bench_matmul.time_matmul(4, 4, 4, "cpu", mode="fp8")
+
+
+def test_regression_quick_on_cpu() -> None:
+    figures = bench_regression.run(torch.device("cpu"), quick=True)
+    _check_common(figures)
+    got = _by_name(figures)
+    assert set(got) == {"cpu_seconds", "cpu_final_loss", "cpu_w0", "cpu_w1", "cpu_b"}
+    assert got["cpu_seconds"].unit == "s" and got["cpu_seconds"].value > 0
+    # 20,000 rows: standard errors about 0.0025 (w) and 0.014 (b); these bounds are generous
+    assert got["cpu_w0"].value == pytest.approx(2.0, abs=0.05)
+    assert got["cpu_w1"].value == pytest.approx(-3.0, abs=0.05)
+    assert got["cpu_b"].value == pytest.approx(10.0, abs=0.1)
+    assert got["cpu_final_loss"].value == pytest.approx(4.0, abs=0.3)
+
+
+def test_fit_regression_refuses_data_split_across_devices() -> None:
+    x, y = torch.zeros(4, 2), torch.zeros(4, 1, device="meta")
+    with pytest.raises(ValueError, match="one device"):
+        bench_regression.fit_regression(x, y, steps=1)
+
+
+def test_fit_regression_logging_every_step_gives_the_same_losses() -> None:
+    x, y = torch.randn(256, 2), torch.randn(256, 1)
+    quiet = bench_regression.fit_regression(x, y, steps=20)
+    logged = bench_regression.fit_regression(x, y, steps=20, log_every_step=True)
+    assert quiet.losses.shape == logged.losses.shape == (20,)
+    torch.testing.assert_close(quiet.losses, logged.losses)
+    assert logged.log_every_step and not quiet.log_every_step
