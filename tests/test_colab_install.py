@@ -47,7 +47,9 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     # 2. A clean environment: its own interpreter, torch & co. visible as Colab's are
     #    pre-installed, but no helpers (the project's editable install is not carried over).
     env_dir = tmp_path / "env"
-    run([sys.executable, "-m", "venv", str(env_dir)])
+    # --without-pip: pip (like torch) comes from the pre-installed packages, as on Colab; a
+    # fresh pip/setuptools in the venv would shadow the newer setuptools torch requires.
+    run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
     py = env_dir / "bin" / "python"
     env_site = Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
                     .stdout.strip())
