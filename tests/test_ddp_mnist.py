@@ -1,0 +1,118 @@
+"""The DDP training script of chapter 7, run for real: two gloo processes on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import ddp_mnist
+from helpers.checkpoints import load_checkpoint
+from helpers.models import MnistCNN
+
+TRAIN, VAL, EPOCHS, BATCH = 512, 200, 2, 16
+
+
+def _torchrun(out: Path, nproc: int, *extra: str, cwd: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               "--nproc-per-node", str(nproc), "-m", "helpers.ddp_mnist", "--backend", "gloo",
+               "--out", str(out), "--train-subset", str(TRAIN), "--val-subset", str(VAL),
+               "--epochs", str(EPOCHS), "--batch-size", str(BATCH), *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("BOOK_DEVICE", None)
+    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ddp")
+    # Run from an unrelated folder: `-m helpers.ddp_mnist` must not depend on the cwd.
+    result = _torchrun(out, 2, "--dropout", "0.1", cwd=tmp_path_factory.mktemp("elsewhere"))
+    assert result.returncode == 0, result.stderr
+    assert "warn" not in (result.stdout + result.stderr).lower(), result.stderr
+    return out
+
+
+def _ranks(out: Path, n: int = 2) -> list[dict]:
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(n)]
+
+
+@pytest.mark.slow
+def test_only_rank_zero_writes_the_checkpoint_and_summary(two_ranks: Path):
+    files = sorted(p.name for p in two_ranks.iterdir())
+    assert files == ["mnist_ddp.pt", "rank0.json", "rank1.json", "summary.json"]
+    assert [r["wrote_checkpoint"] for r in _ranks(two_ranks)] == [True, False]
+    summary = json.loads((two_ranks / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["backend"] == "gloo"
+    assert summary["global_batch"] == 2 * BATCH
+    assert summary["train_examples"] == TRAIN and summary["val_examples"] == VAL
+    assert [row["epoch"] for row in summary["history"]] == list(range(1, EPOCHS + 1))
+    assert all(row["steps"] == TRAIN // (2 * BATCH) for row in summary["history"])
+
+
+@pytest.mark.slow
+def test_both_ranks_end_with_identical_weights(two_ranks: Path):
+    r0, r1 = _ranks(two_ranks)
+    assert r0["weights"] == r1["weights"]
+    # ... and they are the checkpoint's weights, saved without DDP's module. prefix.
+    saved = torch.load(two_ranks / "mnist_ddp.pt", weights_only=True)
+    assert not any(k.startswith("module.") for k in saved["model"])
+    model = MnistCNN()
+    load_checkpoint(model, two_ranks / "mnist_ddp.pt")
+    assert ddp_mnist.weights_fingerprint(model) == r0["weights"]
+
+
+@pytest.mark.slow
+def test_gradients_are_averaged_across_ranks(two_ranks: Path):
+    for r in _ranks(two_ranks):
+        check = r["grad_check"]
+        assert check["max_diff_ddp_vs_hand_average"] < 1e-6
+        assert check["max_diff_ddp_vs_local"] > 1e-5  # the ranks' local gradients differ
+
+
+@pytest.mark.slow
+def test_sampler_shards_are_disjoint_complete_and_reshuffled(two_ranks: Path):
+    r0, r1 = _ranks(two_ranks)
+    for epoch in range(EPOCHS):
+        a, b = set(r0["indices"][epoch]), set(r1["indices"][epoch])
+        assert not a & b
+        assert a | b == set(range(TRAIN))
+    assert r0["indices"][0] != r0["indices"][1], "set_epoch must change the order"
+
+
+@pytest.mark.slow
+def test_the_training_makes_progress(two_ranks: Path):
+    history = json.loads((two_ranks / "summary.json").read_text())["history"]
+    assert history[-1]["train_loss"] < history[0]["train_loss"]
+    assert history[-1]["val_acc"] > 0.2  # well above chance (0.1) after two short epochs
+
+
+def test_refuses_to_run_without_torchrun(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit, match="torchrun"):
+        ddp_mnist.main(["--backend", "gloo"])
+
+
+def test_argument_checks():
+    args = ddp_mnist.parse_args(["--epochs", "3", "--batch-size", "8"])
+    assert args.epochs == 3 and args.batch_size == 8 and args.backend is None
+    with pytest.raises(SystemExit):
+        ddp_mnist.parse_args(["--epochs", "0"])
+    with pytest.raises(SystemExit):
+        ddp_mnist.parse_args(["--backend", "mpi"])
+
+
+def test_weights_fingerprint_sees_any_change():
+    torch.manual_seed(0)
+    model = MnistCNN()
+    before = ddp_mnist.weights_fingerprint(model)
+    assert ddp_mnist.weights_fingerprint(model) == before
+    with torch.no_grad():
+        model.layers[0].bias[0] += 1e-6
+    assert ddp_mnist.weights_fingerprint(model)["sha256"] != before["sha256"]
