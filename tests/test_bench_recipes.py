@@ -1,0 +1,64 @@
+"""The ``recipes`` benchmark workload (chapter 12): a quick run on the CPU and its pieces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers.bench import core, recipes
+
+
+def test_importing_the_module_registers_the_workload() -> None:
+    assert core.WORKLOADS["recipes"].fn is recipes.run
+    assert core.WORKLOADS["recipes"].chapter == 12
+
+
+def test_recipes_for_the_cpu_leave_out_cuda_only_ones() -> None:
+    names = recipes.recipes_for(torch.device("cpu"))
+    assert names[0] == "plain"
+    assert {"bf16_autocast", "channels_last"} <= set(names)
+    assert not {"fp16_autocast_gradscaler", "cudnn_benchmark", "pinned_non_blocking"} & set(names)
+
+
+def test_quick_run_on_cpu() -> None:
+    figures = recipes.run(torch.device("cpu"), quick=True)
+    names = [f.name for f in figures]
+    assert len(names) == len(set(names)), names
+    got = {f.name: f for f in figures}
+    for recipe in recipes.recipes_for(torch.device("cpu")):
+        assert got[f"{recipe}_step_ms"].unit == "ms"
+        assert got[f"{recipe}_speedup"].unit == "x"
+    assert got["plain_speedup"].value == pytest.approx(1.0)
+    for fig in figures:
+        assert isinstance(fig, core.Figure) and fig.device == "cpu"
+        assert math.isfinite(fig.value) and fig.value > 0, fig
+        assert fig.note.startswith("quick run"), fig
+
+
+@pytest.mark.parametrize("recipe", ["plain", "bf16_autocast", "channels_last"])
+def test_each_cpu_step_trains(recipe: str) -> None:
+    step = recipes.make_step(recipe, torch.device("cpu"), batch_size=16)
+    losses = [step().item() for _ in range(5)]
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0], f"{recipe}: five steps on one batch should lower the loss"
+
+
+def test_cuda_only_recipe_is_refused_on_cpu() -> None:
+    with pytest.raises(ValueError, match="does not apply"):
+        recipes.make_step("cudnn_benchmark", torch.device("cpu"))
+
+
+def test_cudnn_flag_is_restored() -> None:
+    before = torch.backends.cudnn.benchmark
+    recipes.make_step("plain", torch.device("cpu"), batch_size=4)()
+    assert torch.backends.cudnn.benchmark == before
+
+
+def test_cuda_semantics_workload_is_registered_and_empty_without_cuda() -> None:
+    from helpers.bench import cuda_semantics
+
+    assert core.WORKLOADS["cuda_semantics"].fn is cuda_semantics.run
+    assert core.WORKLOADS["cuda_semantics"].chapter == 11
+    assert cuda_semantics.run(torch.device("cpu"), quick=True) == []
