@@ -66,7 +66,7 @@ notebooks: $(EXECUTED)
 
 $(HTML)/.built: $(STAGED_STATIC) $(EXECUTED)
 	rm -rf $(HTML)
-	$(PY) -m jupyter_book build $(STAGE) --path-output _build -W --keep-going
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output _build -W --keep-going
 	touch $@
 
 html: $(HTML)/.built

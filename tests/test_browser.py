@@ -79,12 +79,12 @@ def test_page_renders(file, server, browser):
     try:
         response = page.goto(f"{server}/{file}.html", wait_until="load")
         assert response is not None and response.ok, f"{file}.html did not load"
-        page.wait_for_selector("main h1")
+        page.wait_for_selector("article.bd-article h1")
         title = page_title(file)
         assert title in page.title(), f"title {page.title()!r} does not contain {title!r}"
-        assert title in page.inner_text("main h1")
+        assert title in page.inner_text("article.bd-article h1")
 
-        main = page.inner_text("main")
+        main = page.inner_text("article.bd-article")
         assert "Traceback (most recent call last)" not in main
         assert len(main) > 500, "the page is nearly empty"
 
@@ -96,9 +96,9 @@ def test_page_renders(file, server, browser):
                         f"{file}.ipynb")
             assert colab.first.get_attribute("href") == expected
 
-        images = page.locator("main img")
+        images = page.locator("article.bd-article img")
         broken = page.evaluate(
-            "() => Array.from(document.querySelectorAll('main img'))"
+            "() => Array.from(document.querySelectorAll('article.bd-article img'))"
             ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
         assert not broken, f"images that did not load: {broken}"
         expected_images = image_outputs(file)
