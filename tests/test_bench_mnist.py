@@ -1,0 +1,77 @@
+"""The ``mnist`` benchmark workload (chapter 5): a quick run on the CPU and its pieces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from helpers.bench import core
+from helpers.bench import mnist as bench_mnist
+from helpers.data import TensorBatches
+
+
+def test_importing_the_module_registers_the_workload() -> None:
+    assert core.WORKLOADS["mnist"].fn is bench_mnist.run
+    assert core.WORKLOADS["mnist"].chapter == 5
+
+
+def test_quick_run_on_cpu() -> None:
+    figures = bench_mnist.run(torch.device("cpu"), quick=True)
+    names = [f.name for f in figures]
+    assert len(names) == len(set(names)), names
+    got = {f.name: f for f in figures}
+    assert set(got) == {"cpu_seed_loader_images_per_s", "cpu_resident_images_per_s",
+                        "cpu_resident_over_seed_loader"}
+    for fig in figures:
+        assert isinstance(fig, core.Figure)
+        assert fig.device == "cpu"
+        assert math.isfinite(fig.value) and fig.value > 0, fig
+        assert fig.note.startswith("quick run"), fig
+        assert f"{bench_mnist.QUICK_IMAGES:,} training images" in fig.note or fig.unit == "x"
+    ratio = got["cpu_resident_images_per_s"].value / got["cpu_seed_loader_images_per_s"].value
+    assert got["cpu_resident_over_seed_loader"].value == pytest.approx(ratio, rel=1e-12)
+    assert got["cpu_resident_over_seed_loader"].unit == "x"
+
+
+def test_seed_loader_is_the_seed_style_one() -> None:
+    loader = bench_mnist.seed_loader(300)
+    assert loader.batch_size == 128 and loader.num_workers == 0
+    assert len(loader.dataset) == 300
+    x, y = next(iter(loader))
+    assert x.shape == (128, 1, 28, 28) and x.dtype == torch.float32
+    assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+    assert y.dtype == torch.int64
+
+
+def test_images_per_s_counts_every_image() -> None:
+    x = torch.rand(300, 1, 28, 28)
+    y = torch.randint(0, 10, (300,))
+    rate, seconds = bench_mnist.train_images_per_s(TensorBatches(x, y, batch_size=128), "cpu",
+                                                   warmup_batches=1)
+    assert seconds > 0
+    assert rate == pytest.approx(300 / seconds)
+
+
+def test_accuracy_on_counts_correct_predictions() -> None:
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            # predicts class 3 for every image
+            return torch.nn.functional.one_hot(torch.full((len(x),), 3), 10).float()
+
+    labels = torch.tensor([3, 3, 1, 3, 0])
+    acc = bench_mnist.accuracy_on(Fixed(), torch.zeros(5, 1, 28, 28), labels, batch_size=2)
+    assert acc == pytest.approx(3 / 5)
+
+
+def test_time_to_accuracy_stops_at_the_target_or_the_limit() -> None:
+    # An unreachable target on a small subset: stops after max_epochs, says it was not reached.
+    out = bench_mnist.time_to_accuracy("cpu", target=1.01, max_epochs=1, train_subset=256,
+                                         test_subset=256)
+    assert out["epochs"] == 1 and out["reached"] is False
+    assert out["seconds"] > 0 and 0.0 <= out["accuracy"] <= 1.0
+    # A trivial target is reached after the first epoch.
+    out = bench_mnist.time_to_accuracy("cpu", target=0.0, max_epochs=3, train_subset=256,
+                                         test_subset=256)
+    assert out["epochs"] == 1 and out["reached"] is True
