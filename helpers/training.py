@@ -28,7 +28,10 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 def _accuracy(num_classes: int, device: torch.device) -> torchmetrics.Metric:
     # The metric keeps its running state in tensors, which must live where the predictions do.
-    return torchmetrics.classification.MulticlassAccuracy(num_classes=num_classes).to(device)
+    # average="micro" is the fraction of correct predictions; torchmetrics' default ("macro")
+    # would be the mean of the per-class recalls.
+    return torchmetrics.classification.MulticlassAccuracy(
+        num_classes=num_classes, average="micro").to(device)
 
 
 def train_epoch(

@@ -131,3 +131,18 @@ def test_fit_rejects_zero_epochs():
     with pytest.raises(ValueError):
         fit(make_model(), [], [], optimizer=torch.optim.SGD(make_model().parameters(), lr=0.1),
             device="cpu", epochs=0)
+
+
+def test_accuracy_is_the_fraction_correct():
+    # 9 of class 0 right, 1 of class 1 wrong: 0.9 correct (a per-class mean would say 0.5).
+    class Fixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.dummy = nn.Parameter(torch.zeros(1))
+
+        def forward(self, x):
+            return torch.tensor([[5.0, 0.0]]).repeat(len(x), 1) + 0 * self.dummy
+
+    x, y = torch.zeros(10, 1), torch.tensor([0] * 9 + [1])
+    out = evaluate(Fixed(), [(x, y)], nn.CrossEntropyLoss(), torch.device("cpu"), num_classes=2)
+    assert out["acc"] == pytest.approx(0.9)
