@@ -13,7 +13,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAGE := _build/src
+STAGE := _executed
 HTML := _build/html
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Generous: the slowest chapter takes a few minutes on a 2-core CPU.
@@ -53,7 +53,8 @@ $(STAGE)/%: %
 	@mkdir -p $(@D)
 	cp $< $@
 
-# A notebook is executed in a scratch copy, in place (nbmake --overwrite), so the book build
+# A notebook is executed in a scratch copy under _executed/ (nbmake skips paths containing
+# "_build"), in place (nbmake --overwrite), so the book build
 # reuses these outputs instead of running every chapter a second time.
 $(STAGE)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) | venv data
 	@mkdir -p $(@D)
@@ -66,7 +67,7 @@ notebooks: $(EXECUTED)
 
 $(HTML)/.built: $(STAGED_STATIC) $(EXECUTED)
 	rm -rf $(HTML)
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output _build -W --keep-going
+	$(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
 	touch $@
 
 html: $(HTML)/.built
@@ -88,7 +89,7 @@ bench: venv data
 	$(PY) -m helpers.bench
 
 clean:
-	rm -rf _build
+	rm -rf _build $(STAGE)
 
 distclean: clean
 	rm -rf $(VENV) data

@@ -7,7 +7,7 @@ for tagged cells) and convert it; or edit the notebook directly and normalise it
     python scripts/notebook.py build  draft.py chapters/05_mnist.ipynb --chapter 5 --needs cpu --best-on gpu
     python scripts/notebook.py dump   chapters/05_mnist.ipynb draft.py
     python scripts/notebook.py normalize chapters/*.ipynb
-    python scripts/notebook.py trim-errors _build/src/chapters/*.ipynb
+    python scripts/notebook.py trim-errors _executed/chapters/*.ipynb
 
 Normalising strips outputs and execution counts and sets the metadata every chapter carries:
 the Python 3 kernel, Colab's request for a GPU runtime, and the hardware the chapter declares

@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
-STAGE = BUILD / "src"
+STAGE = ROOT / "_executed"
 
 
 @pytest.fixture(autouse=True)
