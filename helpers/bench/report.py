@@ -13,8 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["column_labels", "figures_table", "machine_label", "machines_table", "plot_workload",
-           "workloads"]
+__all__ = ["figures_table", "machine_label", "machine_labels", "machines_table",
+           "missing_figures", "plot_workload", "workloads"]
 
 
 def machine_label(doc: dict[str, Any]) -> str:
@@ -30,7 +30,8 @@ def machine_label(doc: dict[str, Any]) -> str:
     return label
 
 
-def _labels(docs: Sequence[dict[str, Any]]) -> list[str]:
+def machine_labels(docs: Sequence[dict[str, Any]]) -> list[str]:
+    """:func:`machine_label` of every file, made unique with the slug where two coincide."""
     labels = [machine_label(doc) for doc in docs]
     return [f"{label} <{doc['machine']['slug']}>" if labels.count(label) > 1 else label
             for label, doc in zip(labels, docs, strict=True)]
@@ -39,7 +40,7 @@ def _labels(docs: Sequence[dict[str, Any]]) -> list[str]:
 def machines_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """One column per result file: the hardware, the versions and when it was measured."""
     columns = {}
-    for label, doc in zip(_labels(docs), docs, strict=True):
+    for label, doc in zip(machine_labels(docs), docs, strict=True):
         m = doc["machine"]
         gpus = ", ".join(f"{g['name']} ({g.get('memory_gib', '?')} GiB, compute "
                          f"{g.get('capability', '?')})" for g in m.get("gpus", [])) or "none"
@@ -66,26 +67,26 @@ def machines_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return table
 
 
-def column_labels(docs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(machine label, device) for every column of :func:`figures_table`, in order."""
-    out = []
-    for label, doc in zip(_labels(docs), docs, strict=True):
-        for device in dict.fromkeys(f["device"] for f in doc["figures"]):
-            out.append((label, device))
-    return out
-
-
 def _long(docs: Sequence[dict[str, Any]], workload: str | None = None) -> pd.DataFrame:
+    """One row per figure. ``series`` names the machine, with the device added for a machine
+    that reports one of this workload's figures on two devices (so its bars stay apart)."""
     rows = []
-    for label, doc in zip(_labels(docs), docs, strict=True):
-        for f in doc["figures"]:
-            if workload is None or f["workload"] == workload:
-                rows.append({"machine": label, "column": f"{label} | {f['device']}",
-                             "workload": f["workload"], "chapter": f["chapter"],
-                             "figure": f["name"], "unit": f["unit"], "device": f["device"],
-                             "value": f["value"], "spread": f["spread"]})
-    return pd.DataFrame(rows, columns=["machine", "column", "workload", "chapter", "figure",
-                                       "unit", "device", "value", "spread"])
+    for label, doc in zip(machine_labels(docs), docs, strict=True):
+        figs = [f for f in doc["figures"] if workload is None or f["workload"] == workload]
+        keys = [(f["workload"], f["name"], f["unit"]) for f in figs]
+        split = len(keys) != len(set(keys))
+        run_device = doc.get("device")
+        for f, key in zip(figs, keys, strict=True):
+            tagged = keys.count(key) > 1 or (run_device is not None and f["device"] != run_device)
+            rows.append({"machine": label,
+                         "series": f"{label} | {f['device']}" if split else label,
+                         "workload": f["workload"], "chapter": f["chapter"],
+                         "figure": f["name"], "unit": f["unit"], "device": f["device"],
+                         "value": f["value"], "spread": f["spread"],
+                         "cell": _fmt(f["value"], f["spread"])
+                         + (f" ({f['device']})" if tagged else "")})
+    return pd.DataFrame(rows, columns=["machine", "series", "workload", "chapter", "figure",
+                                       "unit", "device", "value", "spread", "cell"])
 
 
 def workloads(docs: Sequence[dict[str, Any]]) -> list[str]:
@@ -99,8 +100,6 @@ def workloads(docs: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def _fmt(value: float, spread: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
     text = f"{value:.4g}"
     if spread is not None and not (isinstance(spread, float) and math.isnan(spread)) and spread:
         text += f" ± {spread:.2g}"
@@ -108,60 +107,76 @@ def _fmt(value: float, spread: float | None) -> str:
 
 
 def figures_table(docs: Sequence[dict[str, Any]], workload: str | None = None) -> pd.DataFrame:
-    """Every figure side by side: one row per (workload, figure, unit), one column per machine
-    and device it was measured on, cells ``value ± spread``; empty where a machine lacks it."""
+    """Every figure side by side: one row per (workload, figure, unit), one column per machine,
+    cells ``value ± spread``, empty where a machine lacks the figure. A figure measured on
+    another device than the one the run was for (the CPU baseline on a GPU machine) says so,
+    ``1.5 ± 0.02 (cpu)``; one measured on two devices shows both, joined by ``;``."""
     long = _long(docs, workload)
-    columns = [f"{label} | {device}" for label, device in column_labels(docs)
-               if workload is None or f"{label} | {device}" in set(long["column"])]
+    columns = [label for label in machine_labels(docs) if label in set(long["machine"])]
     if long.empty:
         return pd.DataFrame(columns=columns)
-    long = long.assign(cell=[_fmt(v, s) for v, s in zip(long["value"], long["spread"],
-                                                         strict=True)])
     rows = list(dict.fromkeys(zip(long["workload"], long["figure"], long["unit"], strict=True)))
-    table = long.pivot(index=["workload", "figure", "unit"], columns="column", values="cell")
+    table = long.pivot_table(index=["workload", "figure", "unit"], columns="machine",
+                             values="cell", aggfunc="; ".join, sort=False)
     table = table.reindex(index=pd.MultiIndex.from_tuples(rows, names=table.index.names),
                           columns=columns).fillna("")
-    table.columns.name = "machine | device"
+    table.columns.name = "machine"
     return table
 
 
+def missing_figures(docs: Sequence[dict[str, Any]], table: pd.DataFrame) -> list[str]:
+    """Figures of ``docs`` that ``table`` (from :func:`figures_table`) does not show."""
+    missing = []
+    for row in _long(docs).itertuples():
+        key = (row.workload, row.figure, row.unit)
+        shown = (key in table.index and row.machine in table.columns
+                 and row.cell in table.loc[key, row.machine].split("; "))
+        if not shown:
+            missing.append(f"{row.machine}: {row.workload} {row.figure} [{row.unit}]")
+    return missing
+
+
 def plot_workload(docs: Sequence[dict[str, Any]], workload: str, *, max_rows: int = 40):
-    """Grouped bars of one workload's figures, one bar per machine and device, one panel per
-    unit, with the spread as error bars; ``None`` when no file reports ``workload``."""
+    """Grouped bars of one workload's figures, one colour per machine, one panel per unit,
+    with the spread as error bars; ``None`` when no file reports ``workload``."""
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     long = _long(docs, workload)
     if long.empty:
         return None
     units = list(dict.fromkeys(long["unit"]))
-    columns = list(dict.fromkeys(long["column"]))
+    columns = list(dict.fromkeys(long["series"]))
     heights = [min(max_rows, long[long["unit"] == u]["figure"].nunique()) for u in units]
+    per_row = 0.22 * len(columns) + 0.15
     fig, axes = plt.subplots(len(units), 1, squeeze=False,
-                             figsize=(10, 1.2 + sum(0.25 * len(columns) * h + 0.6 for h in heights)),
+                             figsize=(10, 1.5 + sum(per_row * h + 0.7 for h in heights)),
                              gridspec_kw={"height_ratios": heights})
-    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    colour = {c: palette[j % len(palette)] for j, c in enumerate(columns)}
     for ax, unit in zip(axes[:, 0], units, strict=True):
         part = long[long["unit"] == unit]
         names = list(dict.fromkeys(part["figure"]))[:max_rows]
         width = 0.8 / len(columns)
         for j, column in enumerate(columns):
-            sub = part[part["column"] == column].set_index("figure")
-            ys = [i - 0.4 + width * (j + 0.5) for i, n in enumerate(names) if n in sub.index]
-            vals = [sub.loc[n, "value"] for n in names if n in sub.index]
+            sub = part[part["series"] == column].set_index("figure")
+            here = [n for n in names if n in sub.index]
+            if not here:
+                continue
+            ys = [names.index(n) - 0.4 + width * (j + 0.5) for n in here]
             errs = [sub.loc[n, "spread"] if pd.notna(sub.loc[n, "spread"]) else 0.0
-                    for n in names if n in sub.index]
-            if vals:
-                ax.barh(ys, vals, height=width, xerr=errs, color=colours[j % len(colours)],
-                        label=column, capsize=2)
+                    for n in here]
+            ax.barh(ys, [sub.loc[n, "value"] for n in here], height=width, xerr=errs,
+                    color=colour[column], capsize=2)
         ax.set_yticks(range(len(names)), names, fontsize=8)
-        ax.invert_yaxis()
+        ax.set_ylim(len(names) - 0.5, -0.5)
         ax.set_xlabel(unit)
-        positive = part["value"][part["value"] > 0]
-        if len(positive) and positive.max() / positive.min() > 100 and (part["value"] > 0).all():
+        values = part["value"]
+        if (values > 0).all() and values.max() / values.min() > 100:
             ax.set_xscale("log")
         ax.grid(axis="x", alpha=0.3)
-    axes[0, 0].set_title(f"{workload}: every machine side by side (bars: value, whiskers: spread)")
-    axes[0, 0].legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
-                      title="machine | device")
+    axes[0, 0].set_title(f"{workload}: every machine side by side (whiskers: spread)")
+    fig.legend(handles=[Patch(color=colour[c], label=c) for c in columns], fontsize=8,
+               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1, title="machine")
     fig.tight_layout()
     return fig
