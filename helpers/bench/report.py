@@ -170,7 +170,7 @@ def plot_workload(docs: Sequence[dict[str, Any]], workload: str, *, max_rows: in
                     color=colour[column], capsize=2)
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.set_ylim(len(names) - 0.5, -0.5)
-        ax.set_xlabel(unit)
+        ax.set_xlabel("(no unit)" if unit == "1" else unit)
         values = part["value"]
         if (values > 0).all() and values.max() / values.min() > 100:
             ax.set_xscale("log")
