@@ -23,7 +23,7 @@ NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb))
 EXECUTED := $(addprefix $(STAGE)/,$(NOTEBOOKS))
 STATIC := _toc.yml intro.md $(sort $(wildcard chapters/*.md) $(wildcard chapters/*.png) $(wildcard chapters/*.py))
 STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
-HELPERS := $(sort $(wildcard helpers/*.py)) $(sort $(wildcard results/*.json))
+HELPERS := $(sort $(wildcard helpers/*.py helpers/bench/*.py results/*.json))
 
 .PHONY: book test venv data lint unit notebooks html browser-deps clean distclean bench
 

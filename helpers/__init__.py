@@ -61,7 +61,7 @@ __all__ = [
 _HARDWARE = {"cpu": "any machine, a CPU is enough", "gpu": "one GPU", "multi-gpu": "two or more GPUs"}
 
 
-def chapter_setup(chapter: int, needs: str = "cpu", best_on: str = "gpu",
+def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
                   device: str | torch.device | None = None, seed: int = 0) -> torch.device:
     """Print what a chapter needs and what this machine offers; return the device to use.
 
@@ -69,13 +69,15 @@ def chapter_setup(chapter: int, needs: str = "cpu", best_on: str = "gpu",
     the least hardware on which every cell runs and ``best_on`` the hardware the chapter's
     measurements are meant for, each one of ``"cpu"``, ``"gpu"`` or ``"multi-gpu"``; the
     notebook's metadata declares the same two values. Seeds torch's generators with ``seed``.
+    ``chapter`` is the chapter's number, or a word such as ``"appendix"``.
     """
     for value in (needs, best_on):
         if value not in _HARDWARE:
             raise ValueError(f"hardware must be one of {sorted(_HARDWARE)}, got {value!r}")
     torch.manual_seed(seed)
     chosen = best_device(device)
-    print(f"Chapter {chapter} runs on {_HARDWARE[needs]}; its measurements are meant for "
+    name = f"Chapter {chapter}" if isinstance(chapter, int) else f"This {chapter}"
+    print(f"{name} runs on {_HARDWARE[needs]}; its measurements are meant for "
           f"{_HARDWARE[best_on]}.")
     print(describe_devices())
     if chosen.type == "cpu":

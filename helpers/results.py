@@ -84,11 +84,16 @@ def committed(workload: str | None = None, *, gpu_only: bool = False,
 def show_committed(workload: str, *, gpu_only: bool = True,
                    directory: str | Path | None = None) -> pd.DataFrame:
     """Print which machines measured ``workload`` and return their figures as a wide table
-    (figure names as rows, one column per machine) (chapter 3).
+    (figures as rows, one column per machine) (chapter 3).
 
-    Says so plainly when no such results have been committed yet.
+    With ``gpu_only`` (the default) only figures measured on a GPU are kept: a GPU machine's
+    CPU baselines are left out, so a column headed with a GPU's name holds GPU figures only.
+    Each row is labelled with its unit and the device that measured it. Says so plainly when no
+    such results have been committed yet.
     """
     table = committed(workload, gpu_only=gpu_only, directory=directory)
+    if gpu_only:
+        table = table[table["device"].astype(str) != "cpu"]
     kind = "GPU " if gpu_only else ""
     if table.empty:
         print(f"No committed {kind}results for the {workload!r} workload yet: "
@@ -99,5 +104,8 @@ def show_committed(workload: str, *, gpu_only: bool = True,
         first = group.iloc[0]
         print(f"{first['device_name']} (x{first['gpu_count']}), torch {first['torch']}, "
               f"CUDA {first['cuda']}, driver {first['driver']}, measured {first['date'][:10]}")
-    table = table.assign(figure=table["name"] + " [" + table["unit"] + "]")
-    return table.pivot_table(index="figure", columns="device_name", values="value", sort=False)
+    table = table.assign(
+        figure=table["name"] + " [" + table["unit"] + "] on " + table["device"].astype(str))
+    # Every (figure, machine) pair is unique in a valid result file; "first" never averages.
+    return table.pivot_table(index="figure", columns="device_name", values="value",
+                             aggfunc="first", sort=False)

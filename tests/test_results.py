@@ -35,7 +35,7 @@ def test_show_committed_prints_the_hardware(tmp_path, capsys):
     wide = results.show_committed("matmul", directory=tmp_path)
     out = capsys.readouterr().out
     assert "Device gpu-h100 (x1)" in out and "CUDA 13.0" in out
-    assert wide.loc["fp32_tflops [TFLOP/s]", "Device gpu-h100"] == 1.5
+    assert wide.loc["fp32_tflops [TFLOP/s] on cuda:0", "Device gpu-h100"] == 1.5
 
 
 def test_show_committed_says_when_there_is_nothing(tmp_path, capsys):
@@ -50,3 +50,12 @@ def test_broken_files_are_named(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="bad.json lacks"):
         results.load_results(tmp_path)
+
+
+def test_show_committed_never_mixes_cpu_and_gpu_figures(tmp_path, capsys):
+    write(tmp_path, "gpu-h100", 1, [FIG, dict(FIG, device="cpu", value=0.2)])
+    wide = results.show_committed("matmul", directory=tmp_path)
+    assert list(wide.index) == ["fp32_tflops [TFLOP/s] on cuda:0"]
+    assert wide.iloc[0, 0] == 1.5  # not the mean of 1.5 and 0.2
+    both = results.show_committed("matmul", gpu_only=False, directory=tmp_path)
+    assert both.loc["fp32_tflops [TFLOP/s] on cpu", "Device gpu-h100"] == 0.2

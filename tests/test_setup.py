@@ -20,6 +20,11 @@ def test_chapter_setup_reports_hardware_and_returns_a_device(capsys):
     assert isinstance(dev, torch.device)
 
 
+def test_chapter_setup_for_the_appendix(capsys):
+    helpers.chapter_setup(chapter="appendix", needs="cpu", best_on="gpu")
+    assert capsys.readouterr().out.startswith("This appendix runs on any machine")
+
+
 def test_chapter_setup_seeds_and_validates():
     helpers.chapter_setup(1, seed=123)
     a = torch.rand(3)
