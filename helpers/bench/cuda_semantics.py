@@ -84,8 +84,8 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
         compute()
 
     def overlapped():
+        side.wait_stream(torch.cuda.current_stream())  # the default stream, before switching
         with torch.cuda.stream(side):
-            side.wait_stream(torch.cuda.current_stream())
             on_device = host.to(device, non_blocking=True)
         compute()
         torch.cuda.current_stream().wait_stream(side)
