@@ -77,15 +77,13 @@ def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
     torch.manual_seed(seed)
     chosen = best_device(device)
     name = f"Chapter {chapter}" if isinstance(chapter, int) else f"This {chapter}"
-    print(f"{name} runs on {_HARDWARE[needs]}; its measurements are meant for "
-          f"{_HARDWARE[best_on]}.")
+    print(f"{name} runs on {_HARDWARE[needs]};")
+    print(f"its measurements are meant for {_HARDWARE[best_on]}.")
     print(describe_devices())
-    if chosen.type == "cpu":
-        note = ("no GPU here, so every comparison falls back to the CPU and the committed GPU "
-                "results are shown beside the live ones" if best_on != "cpu" else "")
-        print(f"Using device: cpu{' (' + note + ')' if note else ''}")
-    else:
-        print(f"Using device: {chosen}")
+    print(f"Using device: {chosen}")
+    if chosen.type == "cpu" and best_on != "cpu":
+        print("No GPU here: every comparison falls back to the CPU and says so, and the\n"
+              "figures measured on real GPUs are shown beside the live ones.")
     if best_on == "multi-gpu" and devices.gpu_count() < 2:
         print("Cells that need two or more GPUs will say so and show what they would do.")
     return chosen

@@ -15,6 +15,7 @@ def test_chapter_setup_reports_hardware_and_returns_a_device(capsys):
     dev = helpers.chapter_setup(chapter=3, needs="cpu", best_on="gpu")
     out = capsys.readouterr().out
     assert "Chapter 3 runs on any machine" in out
+    assert all(len(line) <= 100 for line in out.splitlines()), "the banner must fit a page"
     assert "one GPU" in out
     assert f"Using device: {dev}" in out
     assert isinstance(dev, torch.device)
