@@ -54,17 +54,6 @@ def test_images_per_s_counts_every_image() -> None:
     assert rate == pytest.approx(300 / seconds)
 
 
-def test_accuracy_on_counts_correct_predictions() -> None:
-    class Fixed(torch.nn.Module):
-        def forward(self, x):
-            # predicts class 3 for every image
-            return torch.nn.functional.one_hot(torch.full((len(x),), 3), 10).float()
-
-    labels = torch.tensor([3, 3, 1, 3, 0])
-    acc = bench_mnist.accuracy_on(Fixed(), torch.zeros(5, 1, 28, 28), labels, batch_size=2)
-    assert acc == pytest.approx(3 / 5)
-
-
 def test_time_to_accuracy_stops_at_the_target_or_the_limit() -> None:
     # An unreachable target on a small subset: stops after max_epochs, says it was not reached.
     out = bench_mnist.time_to_accuracy("cpu", target=1.01, max_epochs=1, train_subset=256,

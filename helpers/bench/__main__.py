@@ -84,38 +84,10 @@ def registered() -> list[core.Workload]:
     return sorted(core.WORKLOADS.values(), key=_chapter_key)
 
 
-def _nvml_driver_version() -> str | None:
-    """The NVIDIA driver version through NVML, for machines without ``nvidia-smi`` on PATH."""
-    import ctypes
-
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    try:
-        if nvml.nvmlInit_v2() != 0:
-            return None
-        buffer = ctypes.create_string_buffer(96)
-        if nvml.nvmlSystemGetDriverVersion(buffer, ctypes.c_uint(96)) != 0:
-            return None
-        return buffer.value.decode() or None
-    except (AttributeError, OSError):
-        return None
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except (AttributeError, OSError):
-            pass
-
-
 def machine_record(device: torch.device) -> dict[str, Any]:
     """``core.machine_info()`` plus the file's slug; a run on a device other than the machine's
     best one gets the device in its slug (``...-on-cpu``), so it never replaces the main file."""
-    info = dict(core.machine_info())
-    if info.get("gpu_count") and not info.get("driver"):
-        info["driver"] = _nvml_driver_version()
-    if getattr(torch.version, "hip", None):
-        info["hip"] = torch.version.hip
+    info = core.machine_info()
     slug = core.machine_slug(info)
     from helpers.devices import available_devices
 

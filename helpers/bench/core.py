@@ -75,7 +75,32 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _nvml_driver_version() -> str | None:
+    """The NVIDIA driver version through NVML, for machines without ``nvidia-smi`` on PATH."""
+    import ctypes
+
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    try:
+        if nvml.nvmlInit_v2() != 0:
+            return None
+        buffer = ctypes.create_string_buffer(96)
+        if nvml.nvmlSystemGetDriverVersion(buffer, ctypes.c_uint(96)) != 0:
+            return None
+        return buffer.value.decode() or None
+    except (AttributeError, OSError):
+        return None
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except (AttributeError, OSError):
+            pass
+
+
 def _driver_version() -> str | None:
+    """The NVIDIA driver version from ``nvidia-smi``, else from NVML; None without a GPU."""
     if not torch.cuda.is_available():
         return None
     try:
@@ -87,7 +112,7 @@ def _driver_version() -> str | None:
         )
         return out.stdout.strip().splitlines()[0]
     except Exception:
-        return None
+        return _nvml_driver_version()
 
 
 def machine_info() -> dict[str, Any]:
@@ -103,7 +128,7 @@ def machine_info() -> dict[str, Any]:
                 "memory_gib": round(p.total_memory / 2**30, 1),
                 "multiprocessors": p.multi_processor_count,
             })
-    return {
+    info = {
         "device_name": gpus[0]["name"] if gpus else _cpu_name(),
         "gpu_count": len(gpus),
         "gpus": gpus,
@@ -117,6 +142,9 @@ def machine_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
+    if getattr(torch.version, "hip", None):  # ROCm builds report HIP instead of CUDA
+        info["hip"] = torch.version.hip
+    return info
 
 
 def machine_slug(info: dict[str, Any] | None = None) -> str:

@@ -33,9 +33,10 @@ from helpers.bench.core import Figure, workload
 from helpers.data import TensorBatches, mnist, mnist_tensors
 from helpers.models import MnistCNN
 from helpers.timing import synchronize
+from helpers.training import evaluate
 
 __all__ = ["BATCH_SIZE", "CPU_BUDGET_S", "CPU_IMAGES", "LR", "LR_DECAY", "TARGET_ACCURACY", "run",
-           "accuracy_on", "seed_loader", "time_to_accuracy", "train_images_per_s"]
+           "seed_loader", "time_to_accuracy", "train_images_per_s"]
 
 #: The source material's batch size, used by both paths.
 BATCH_SIZE = 128
@@ -104,16 +105,10 @@ def train_images_per_s(batches, device: torch.device, *, warmup_batches: int = 5
     return seen / seconds, seconds
 
 
-@torch.no_grad()
-def accuracy_on(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
-                  batch_size: int = 2_000) -> float:
-    """Fraction of ``images`` classified as ``labels`` (all on the model's device)."""
-    model.eval()
-    correct = torch.zeros((), dtype=torch.long, device=labels.device)
-    for start in range(0, len(labels), batch_size):
-        logits = model(images[start:start + batch_size])
-        correct += (logits.argmax(dim=1) == labels[start:start + batch_size]).sum()
-    return correct.item() / len(labels)
+def _test_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """Fraction of the (device-resident) test images classified correctly."""
+    batches = TensorBatches(images, labels, batch_size=2_000)
+    return evaluate(model, batches, nn.CrossEntropyLoss(), images.device)["acc"]
 
 
 def time_to_accuracy(device: torch.device, *, target: float = TARGET_ACCURACY,
@@ -133,7 +128,7 @@ def time_to_accuracy(device: torch.device, *, target: float = TARGET_ACCURACY,
     # steps of a throw-away model; the timed model starts from its own seeded initialisation.
     spare, spare_optimizer = _model_and_optimizer(device, seed + 1)
     _train_epoch(spare, spare_optimizer, batches, device, max_batches=5)
-    accuracy_on(spare, xt[:256], yt[:256])
+    _test_accuracy(spare, xt[:256], yt[:256])
     del spare, spare_optimizer
     model, optimizer = _model_and_optimizer(device, seed)
     scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=LR_DECAY)
@@ -146,7 +141,7 @@ def time_to_accuracy(device: torch.device, *, target: float = TARGET_ACCURACY,
         synchronize(device)
         seconds += time.perf_counter() - start
         epochs += 1
-        accuracy = accuracy_on(model, xt, yt)
+        accuracy = _test_accuracy(model, xt, yt)
         if accuracy >= target or (budget_s is not None and seconds >= budget_s):
             break
     return {"seconds": seconds, "epochs": epochs, "accuracy": accuracy,
