@@ -25,7 +25,8 @@ STATIC := _toc.yml intro.md $(sort $(wildcard chapters/*.md) $(wildcard chapters
 STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
 HELPERS := $(sort $(wildcard helpers/*.py helpers/bench/*.py results/*.json))
 
-.PHONY: book test venv data lint unit notebooks html browser-deps clean distclean bench
+.PHONY: book test venv data lint unit notebooks html browser-deps clean distclean bench \
+        oldest oldest-venv
 
 ## Set-up ------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -74,6 +75,44 @@ html: $(HTML)/.built
 book: venv data html
 	@echo "The book is in $(HTML)/index.html"
 
+## The oldest supported torch ----------------------------------------------------------
+# Colab and GPU servers keep their own torch, usually older than the pinned one. The book
+# supports torch >= OLDEST_TORCH (pyproject.toml and helpers.MIN_TORCH say the same; a test
+# checks they agree), and `make oldest` proves it: every chapter is executed again in a second
+# environment with that torch, into _oldest/chapters/. That run also reads a fake GPU result
+# file next to the committed ones, so the tests can check that each chapter really shows the
+# committed GPU figures (tests/test_committed_figures.py).
+OLDEST_TORCH := 2.9.1
+OLDEST_TORCHVISION := 0.24.1
+OLDEST_VENV := .venv-oldest
+OLDEST := _oldest
+OLDEST_PY := $(OLDEST_VENV)/bin/python
+
+oldest-venv: $(OLDEST_VENV)/.installed
+$(OLDEST_VENV)/.installed: requirements.txt pyproject.toml
+	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_PY) -m pip install --quiet --upgrade pip
+	# The pinned environment with the oldest torch pair; the book-building tools are not needed.
+	sed -E -e 's/^torch==.*/torch==$(OLDEST_TORCH)/' \
+	  -e 's/^torchvision==.*/torchvision==$(OLDEST_TORCHVISION)/' \
+	  -e '/^(jupyter-book|ruff|playwright)==/d' requirements.txt > $(OLDEST_VENV)/requirements.txt
+	$(OLDEST_PY) -m pip install --quiet -r $(OLDEST_VENV)/requirements.txt
+	$(OLDEST_PY) -m pip install --quiet --no-deps -e .
+	$(OLDEST_PY) -c "import torch, torchvision; assert torch.__version__.startswith('$(OLDEST_TORCH)'), torch.__version__"
+	touch $@
+
+$(OLDEST)/.done: $(NOTEBOOKS) $(HELPERS) tests/fixtures/fake-gpu-result.json | oldest-venv data
+	rm -rf $(OLDEST)
+	mkdir -p $(OLDEST)/chapters $(OLDEST)/results
+	cp $(NOTEBOOKS) $(OLDEST)/chapters/
+	cp $(wildcard results/*.json) tests/fixtures/fake-gpu-result.json $(OLDEST)/results/
+	BOOK_RESULTS_DIR=$(CURDIR)/$(OLDEST)/results $(OLDEST_PY) -m pytest -p no:cacheprovider -q \
+	  --nbmake --overwrite --nbmake-timeout=$(NB_TIMEOUT) $(OLDEST)/chapters
+	$(OLDEST_PY) scripts/notebook.py trim-errors $(OLDEST)/chapters/*.ipynb
+	touch $@
+
+oldest: $(OLDEST)/.done
+
 ## Tests -------------------------------------------------------------------------------
 lint: venv
 	$(VENV)/bin/ruff check helpers tests scripts chapters
@@ -81,7 +120,7 @@ lint: venv
 unit: venv data
 	$(PY) -m pytest -m "not book"
 
-test: lint book browser-deps
+test: lint book oldest browser-deps
 	$(PY) -m pytest --require-book
 
 ## The book's benchmark: figures for results/<machine>.json -------------------------
@@ -89,7 +128,7 @@ bench: venv data
 	$(PY) -m helpers.bench
 
 clean:
-	rm -rf _build $(STAGE)
+	rm -rf _build $(STAGE) $(OLDEST)
 
 distclean: clean
-	rm -rf $(VENV) data
+	rm -rf $(VENV) $(OLDEST_VENV) data

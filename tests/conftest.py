@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
 HTML = BUILD / "html"
 STAGE = ROOT / "_executed"
+# Every chapter executed again with the oldest supported torch (`make oldest`).
+OLDEST = ROOT / "_oldest" / "chapters"
 
 
 @pytest.fixture(autouse=True)

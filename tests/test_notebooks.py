@@ -10,7 +10,7 @@ import nbformat
 import pytest
 import yaml
 
-from tests.conftest import ROOT, STAGE
+from tests.conftest import OLDEST, ROOT, STAGE
 
 HARDWARE = {"cpu", "gpu", "multi-gpu"}
 
@@ -132,19 +132,13 @@ def output_texts(cell) -> list[tuple[str, str]]:
     return texts
 
 
-@pytest.fixture
-def executed(request, built_book):
-    path = STAGE / request.param.relative_to(ROOT)
-    if not path.exists():
-        pytest.fail(f"{path} was not executed by make book")
-    return nbformat.read(path, as_version=4)
-
-
-@pytest.mark.book
-@pytest.mark.parametrize("executed", NOTEBOOKS, ids=IDS, indirect=True)
-def test_executed_outputs_are_clean(executed):
+def output_problems(nb) -> list[str]:
+    """What a reader must never see in an executed chapter: a warning, a stray traceback, text
+    on stderr, or an error outside a ``raises-exception`` cell (and such a cell that raised
+    nothing). Used for every executed copy: the book's, the oldest-torch run's and recorded pages.
+    """
     problems = []
-    for i, cell in enumerate(code_cells(executed)):
+    for i, cell in enumerate(code_cells(nb)):
         tagged = "raises-exception" in cell.metadata.get("tags", [])
         texts = output_texts(cell)
         errors = [t for kind, t in texts if kind == "error"]
@@ -165,7 +159,44 @@ def test_executed_outputs_are_clean(executed):
                     start = max(0, m.start() - 120)
                     problems.append(f"code cell {i} shows a warning: {text[start:m.end() + 200]!r}")
                     break
+    return problems
+
+
+@pytest.fixture
+def executed(request, built_book):
+    path = STAGE / request.param.relative_to(ROOT)
+    if not path.exists():
+        pytest.fail(f"{path} was not executed by make book")
+    return nbformat.read(path, as_version=4)
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("executed", NOTEBOOKS, ids=IDS, indirect=True)
+def test_executed_outputs_are_clean(executed):
+    problems = output_problems(executed)
     assert not problems, "\n".join(problems)
+
+
+@pytest.fixture
+def executed_oldest(request):
+    """The chapter as `make oldest` executed it with the oldest supported torch."""
+    path = OLDEST / request.param.name
+    if not (OLDEST / ".done").exists() or not path.exists():
+        message = "the oldest-torch run is missing: run `make oldest` first"
+        if request.config.getoption("--require-book"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return nbformat.read(path, as_version=4)
+
+
+@pytest.mark.book
+@pytest.mark.parametrize("executed_oldest", NOTEBOOKS, ids=IDS, indirect=True)
+def test_executed_outputs_are_clean_on_the_oldest_torch(executed_oldest):
+    first = "".join(t for _, t in output_texts(code_cells(executed_oldest)[0]))
+    match = re.search(r"torch (\d+\.\d+)", first)
+    problems = output_problems(executed_oldest)
+    assert not problems, "\n".join(problems)
+    assert match, "the setup cell's banner names the torch version it runs with"
 
 
 @pytest.mark.book
