@@ -15,6 +15,15 @@ across processes during ``backward``, so every process takes the same optimizer 
 all of them hold identical weights throughout. Only rank 0 writes the checkpoint and the
 summary; every rank writes ``rank<N>.json`` with a fingerprint of its final weights, so a
 reader (and the book's tests) can check that the ranks agree.
+
+Chapter 5's lessons apply: each process keeps the data as two tensors on its own device and
+takes a batch by indexing them with the sampler's indices (no per-sample collation, no copy
+per step), and the running loss is summed on the device and reduced once per epoch.
+Validation shards the test set without padding, so every image is scored exactly once
+whatever the number of processes.
+
+From a notebook, ``run_ddp`` launches the script with a time limit and streams its output,
+and ``spawn_demo`` is an importable function for ``torch.multiprocessing.spawn``.
 """
 
 from __future__ import annotations
@@ -23,21 +32,28 @@ import argparse
 import hashlib
 import json
 import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from .checkpoints import save_checkpoint
 from .data import mnist_tensors
 from .models import MnistCNN
 
-__all__ = ["CHECKPOINT_NAME", "SUMMARY_NAME", "main", "parse_args", "weights_fingerprint"]
+__all__ = ["CHECKPOINT_NAME", "SUMMARY_NAME", "DDPLaunchError", "launch", "main", "parse_args",
+           "run_ddp", "spawn_demo", "torchrun_command", "weights_fingerprint"]
 
 CHECKPOINT_NAME = "mnist_ddp.pt"
 SUMMARY_NAME = "summary.json"
@@ -120,12 +136,14 @@ def main(argv: list[str] | None = None) -> dict:
         # files it left, so no two processes ever download to the same folder at once.
         if rank != 0:
             dist.barrier()
-        images, labels = mnist_tensors(train=True, subset=args.train_subset)
-        val_images, val_labels = mnist_tensors(train=False, subset=args.val_subset)
+        # The whole (small) data set lives on this process's device, as in chapter 5: a batch
+        # is one indexing operation, with no per-sample collation and no copy per step.
+        images, labels = mnist_tensors(train=True, device=device, subset=args.train_subset)
+        val_images, val_labels = mnist_tensors(train=False, device=device,
+                                               subset=args.val_subset)
         if rank == 0:
             dist.barrier()
         train_set = TensorDataset(images, labels)
-        val_set = TensorDataset(val_images, val_labels)
 
         # Every process must start from the same weights; DDP also broadcasts rank 0's
         # weights when it wraps the model, so this is belt and braces.
@@ -137,9 +155,11 @@ def main(argv: list[str] | None = None) -> dict:
 
         sampler = DistributedSampler(train_set, num_replicas=world, rank=rank,
                                      shuffle=True, seed=args.seed)
-        loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
-        val_sampler = DistributedSampler(val_set, num_replicas=world, rank=rank, shuffle=False)
-        val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler)
+        # Validation needs no shuffle and no equal shard sizes: rank r scores images r,
+        # r + world, r + 2 world, ..., so each image is counted once. (DistributedSampler
+        # would pad the shards to equal length with repeated images whenever the world
+        # size does not divide the number of images, and count those twice.)
+        val_index = torch.arange(rank, len(val_labels), world, device=device)
 
         optimizer = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=args.momentum)
         loss_fn = nn.CrossEntropyLoss()
@@ -149,11 +169,15 @@ def main(argv: list[str] | None = None) -> dict:
         start = time.perf_counter()
         for epoch in range(args.epochs):
             sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-            seen_indices.append(list(iter(sampler)))
+            order = list(iter(sampler))
+            seen_indices.append(order)
+            # One copy of this epoch's indices to the device; every batch is a slice of it.
+            batches = torch.tensor(order, device=device).split(args.batch_size)
             ddp.train()
-            loss_sum = torch.zeros(2, device=device, dtype=torch.float64)  # [sum, count]
-            for step, (x, y) in enumerate(loader):
-                x, y = x.to(device), y.to(device)
+            loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+            examples = 0
+            for step, index in enumerate(batches):
+                x, y = images[index], labels[index]
                 if epoch == 0 and step == 0:
                     grad_check = _check_gradient_averaging(ddp, loss_fn, x, y, world,
                                                            fork_devices)
@@ -161,12 +185,15 @@ def main(argv: list[str] | None = None) -> dict:
                 loss = loss_fn(ddp(x), y)
                 loss.backward()  # DDP all-reduces (averages) the gradients here
                 optimizer.step()
-                loss_sum += torch.stack([loss.detach().double() * len(y),
-                                         torch.tensor(len(y), device=device, dtype=torch.float64)])
-            dist.all_reduce(loss_sum)  # sum over ranks: the mean loss over every example
-            val_acc = _distributed_accuracy(ddp, val_loader, device)
-            row = {"epoch": epoch + 1, "train_loss": (loss_sum[0] / loss_sum[1]).item(),
-                   "val_acc": val_acc, "steps": len(loader)}
+                # Summed on the device: no host synchronisation, no new tensor per step.
+                loss_sum += loss.detach() * len(y)
+                examples += len(y)
+            totals = torch.stack([loss_sum, loss_sum.new_tensor(examples)])
+            dist.all_reduce(totals)  # once per epoch: the mean loss over every rank's examples
+            val_acc, val_counted = _distributed_accuracy(model, val_images, val_labels,
+                                                         val_index)
+            row = {"epoch": epoch + 1, "train_loss": (totals[0] / totals[1]).item(),
+                   "val_acc": val_acc, "val_counted": val_counted, "steps": len(batches)}
             history.append(row)
             _log(rank, f"epoch {row['epoch']}: train loss {row['train_loss']:.4f}, "
                        f"val accuracy {val_acc:.4f} ({row['steps']} steps per process)")
@@ -188,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary = {"world_size": world, "backend": backend, "device": device.type,
                    "batch_per_process": args.batch_size,
                    "global_batch": args.batch_size * world, "epochs": args.epochs,
-                   "train_examples": len(train_set), "val_examples": len(val_set),
+                   "train_examples": len(train_set), "val_examples": len(val_labels),
                    "lr": args.lr, "momentum": args.momentum, "dropout": args.dropout,
                    "seed": args.seed, "seconds": seconds, "history": history,
                    "checkpoint": CHECKPOINT_NAME}
@@ -228,17 +255,244 @@ def _check_gradient_averaging(ddp: DDP, loss_fn, x, y, world: int,
 
 
 @torch.no_grad()
-def _distributed_accuracy(ddp: DDP, loader: DataLoader, device: torch.device) -> float:
-    """Each rank scores its shard; an all-reduce adds up the counts."""
-    ddp.eval()
-    counts = torch.zeros(2, device=device, dtype=torch.float64)  # [correct, total]
-    for x, y in loader:
-        x, y = x.to(device), y.to(device)
-        counts[0] += (ddp(x).argmax(dim=1) == y).sum()
-        counts[1] += len(y)
-    dist.all_reduce(counts)
-    return (counts[0] / counts[1]).item()
+def _distributed_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                          index: torch.Tensor, batch_size: int = 1000) -> tuple[float, int]:
+    """Each rank scores the images in ``index``; one all-reduce adds up the counts.
 
+    The plain module is used, not the DDP wrapper: the ranks may run different numbers of
+    batches here, and DDP's forward can start a collective (the buffer broadcast) that would
+    wait for ranks that have already finished.
+    """
+    model.eval()
+    correct = torch.zeros((), device=images.device, dtype=torch.int64)
+    for batch in index.split(batch_size):
+        correct += (model(images[batch]).argmax(dim=1) == labels[batch]).sum()
+    counts = torch.stack([correct, correct.new_tensor(len(index))])
+    dist.all_reduce(counts)
+    right, total = counts.tolist()
+    return right / total, total
+
+
+# ---------------------------------------------------------------------------------------
+# Launching from a notebook: a time limit, live output, and a clean stop.
+
+class DDPLaunchError(RuntimeError):
+    """``torchrun`` failed or ran past its time limit; the message names the likely causes."""
+
+
+_CAUSES = {
+    "port": ("the rendezvous port is taken (\"address already in use\"): another run still "
+             "holds MASTER_PORT. Wait for it to end, or pick a free port (--standalone picks "
+             "one for you; --master-port N does not)."),
+    "peers": ("the processes cannot reach each other: NCCL (or gloo) found no route to its "
+              "peers, because of a firewall, the wrong network interface (set "
+              "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) or an unreachable MASTER_ADDR. Re-run "
+              "with NCCL_DEBUG=INFO to see which."),
+    "crash": ("a rank crashed: its traceback is in the output above; the other ranks then "
+              "wait for it in their next collective."),
+    "world": ("the world size does not match: fewer processes joined than WORLD_SIZE / "
+              "--nproc-per-node says (more processes than GPUs gives 'invalid device "
+              "ordinal'), so the others wait for ranks that never come."),
+}
+
+
+def torchrun_command(nproc: int, program: list[str]) -> list[str]:
+    """``python -m torch.distributed.run --standalone --nproc-per-node N <program>``: torchrun
+    run by this Python, so the workers use the same environment (chapter 7)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", str(nproc), *program]
+
+
+def _likely_causes(output: str, timed_out: bool) -> list[str]:
+    text = output.lower()
+    found = []
+    if "address already in use" in text or "eaddrinuse" in text:
+        found.append("port")
+    if any(s in text for s in ("connection refused", "no route to host", "nccl error",
+                               "unhandled system error", "connection reset", "socket timeout")):
+        found.append("peers")
+    if "invalid device ordinal" in text or "world_size" in text or "world size" in text:
+        found.append("world")
+    if any(s in text for s in ("traceback", "childfailederror", "exitcode", "signal")):
+        found.append("crash")
+    if timed_out or not found:
+        # A hang leaves no message: any of them can be the reason.
+        found += [key for key in ("crash", "world", "peers", "port") if key not in found]
+    return [_CAUSES[key] for key in found]
+
+
+def _stop(proc: subprocess.Popen, grace: float) -> None:
+    """Stop torchrun and every worker it started.
+
+    torchrun starts each worker in a session of its own, so a signal to torchrun's group
+    does not reach them; SIGTERM to torchrun makes it stop its workers and wait for them.
+    Whatever is left after ``grace`` seconds (torchrun's group, and every worker whose
+    parent is torchrun) is killed.
+    """
+    if proc.poll() is not None:
+        return
+    workers = _children(proc.pid)
+    if os.name == "nt":
+        proc.terminate()
+    else:
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        if os.name == "nt":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for pid in workers:  # normally gone already; never leave a worker behind
+        for kill in (lambda p: os.killpg(p, signal.SIGKILL), lambda p: os.kill(p, signal.SIGKILL)):
+            try:
+                kill(pid)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: float = 10.0,
+           env: dict[str, str] | None = None, cwd: str | Path | None = None,
+           echo: bool = True) -> str:
+    """Run ``torchrun --standalone --nproc-per-node nproc <program>`` (chapter 7).
+
+    The workers' output is printed as it comes (``echo``) and returned. After ``timeout``
+    seconds, or when torchrun fails, every process is stopped and ``DDPLaunchError`` names
+    the likely causes. ``program`` is ``["-m", "module", args...]`` or ``["script.py", ...]``.
+    """
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}")
+    if timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout}")
+    command = torchrun_command(nproc, list(map(str, program)))
+    run_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen(command, env=run_env, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
+                            start_new_session=os.name != "nt")
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:  # a thread reads, so the main thread can keep an eye on the clock
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    tail: deque[str] = deque(maxlen=200)
+    deadline = time.monotonic() + timeout
+    timed_out = finished = False
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            try:
+                line = lines.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            if line is None:
+                finished = True
+                break
+            tail.append(line)
+            if echo:
+                print(line, end="", flush=True)
+    finally:
+        if finished:  # the output ended: torchrun is exiting on its own
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        _stop(proc, grace)  # a no-op after a clean exit; also runs on KeyboardInterrupt
+    output = "".join(tail)
+    code = proc.returncode
+    if timed_out or code != 0:
+        what = (f"torchrun ran past its time limit of {timeout:g} s and was stopped"
+                if timed_out else f"torchrun failed with exit code {code}")
+        causes = "\n".join(f"  - {c}" for c in _likely_causes(output, timed_out))
+        raise DDPLaunchError(f"{what} ({' '.join(command[3:])}). Likely causes:\n{causes}")
+    return output
+
+
+def run_ddp(nproc: int, backend: str, out: str | Path, *extra: object,
+            timeout: float = 600.0) -> dict:
+    """Train with ``torchrun -m helpers.ddp_mnist`` on ``nproc`` processes, printing the
+    output live, and return rank 0's summary (chapter 7). Raises ``DDPLaunchError`` after
+    ``timeout`` seconds or on failure."""
+    program = ["-m", "helpers.ddp_mnist", "--backend", backend, "--out", str(out), *extra]
+    print("$ torchrun --standalone --nproc-per-node", nproc, *map(str, program), flush=True)
+    start = time.perf_counter()
+    launch(nproc, program, timeout=timeout)
+    print(f"(wall time including process start-up: {time.perf_counter() - start:.1f} s)")
+    return json.loads((Path(out) / SUMMARY_NAME).read_text())
+
+
+# ---------------------------------------------------------------------------------------
+# torch.multiprocessing.spawn needs a function it can import by name in the new processes:
+# one defined in a notebook cannot be, one in this module can.
+
+def spawn_demo(rank: int, world: int, init_file: str, out: str) -> None:
+    """One rank of chapter 7's ``mp.spawn`` demonstration, on the CPU over gloo.
+
+    Writes ``spawn<rank>.json`` in ``out`` with what it saw: (1) rank 0 saves a checkpoint,
+    a barrier, every rank loads it with its own ``map_location``; (2) DDP broadcasts rank 0's
+    buffers at the start of every forward; (3) ``SyncBatchNorm`` conversion.
+    """
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
+    try:
+        report: dict = {"rank": rank, "world_size": dist.get_world_size()}
+        here = torch.device("cpu")  # on GPUs: torch.device("cuda", local_rank)
+
+        # (1) Save on rank 0, wait, load everywhere.
+        torch.manual_seed(rank)  # deliberately different weights on every rank
+        model = MnistCNN()
+        path = Path(out) / "spawn_checkpoint.pt"
+        if rank == 0:
+            torch.save(model.state_dict(), path)
+        dist.barrier()  # no rank reads before rank 0 has finished writing
+        model.load_state_dict(torch.load(path, map_location=here, weights_only=True))
+        report["loaded"] = weights_fingerprint(model)
+
+        # (2) Buffers: each rank feeds data with its own mean, so BatchNorm's running mean
+        # drifts apart; a pre-hook on the inner module sees what DDP hands it.
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+        seen: list[list[float]] = []
+        net.register_forward_pre_hook(lambda m, args: seen.append(m[1].running_mean.tolist()))
+        ddp = DDP(net)
+        after: list[list[float]] = []
+        for step in range(3):
+            x = torch.randn(16, 4) + 10.0 * rank + step
+            ddp(x).sum().backward()
+            after.append(net[1].running_mean.tolist())
+        report["running_mean_at_forward_start"] = seen
+        report["running_mean_after_forward"] = after
+
+        # (3) SyncBatchNorm replaces every BatchNorm layer; its statistics are computed over
+        # all ranks' batches, which needs GPU tensors.
+        sync = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.Linear(4, 4),
+                                                                     nn.BatchNorm1d(4)))
+        report["sync_bn_type"] = type(sync[1]).__name__
+        try:
+            sync(torch.randn(8, 4))
+            report["sync_bn_cpu_error"] = None
+        except ValueError as err:
+            report["sync_bn_cpu_error"] = str(err)
+        (Path(out) / f"spawn{rank}.json").write_text(json.dumps(report))
+    finally:
+        dist.destroy_process_group()
 
 if __name__ == "__main__":
     main()

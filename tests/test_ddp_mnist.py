@@ -15,7 +15,9 @@ from helpers import ddp_mnist
 from helpers.checkpoints import load_checkpoint
 from helpers.models import MnistCNN
 
-TRAIN, VAL, EPOCHS, BATCH = 512, 200, 2, 16
+# VAL is odd on purpose: two ranks cannot split it evenly, and every image must still be
+# counted exactly once.
+TRAIN, VAL, EPOCHS, BATCH = 512, 201, 2, 16
 
 
 def _torchrun(out: Path, nproc: int, *extra: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -54,6 +56,7 @@ def test_only_rank_zero_writes_the_checkpoint_and_summary(two_ranks: Path):
     assert summary["train_examples"] == TRAIN and summary["val_examples"] == VAL
     assert [row["epoch"] for row in summary["history"]] == list(range(1, EPOCHS + 1))
     assert all(row["steps"] == TRAIN // (2 * BATCH) for row in summary["history"])
+    assert all(row["val_counted"] == VAL for row in summary["history"]), "no padded duplicates"
 
 
 @pytest.mark.slow
@@ -116,3 +119,76 @@ def test_weights_fingerprint_sees_any_change():
     with torch.no_grad():
         model.layers[0].bias[0] += 1e-6
     assert ddp_mnist.weights_fingerprint(model)["sha256"] != before["sha256"]
+
+
+_HANG = """
+import os, sys, time
+from pathlib import Path
+import torch.distributed as dist
+
+Path(sys.argv[1], f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
+print(f"rank {os.environ['RANK']} started", flush=True)
+if os.environ["RANK"] == "1":
+    time.sleep(600)  # a rank that never joins
+dist.init_process_group("gloo")  # rank 0 waits here for rank 1
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its exit status is left
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_launch_stops_a_hanging_run_and_names_the_causes(tmp_path: Path, capsys):
+    script = tmp_path / "hang.py"
+    script.write_text(_HANG)
+    with pytest.raises(ddp_mnist.DDPLaunchError) as caught:
+        ddp_mnist.launch(2, [script, tmp_path], timeout=20, grace=10)
+    message = str(caught.value)
+    assert "time limit of 20 s" in message
+    for cause in ("rank crashed", "world size does not match", "NCCL_DEBUG=INFO",
+                  "MASTER_PORT"):
+        assert cause in message, cause
+    # The output was streamed as it came, and every worker is gone.
+    assert "rank 1 started" in capsys.readouterr().out
+    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    assert not [pid for pid in pids if _alive(pid)], "a worker outlived the time limit"
+
+
+def test_launch_reports_a_crashed_rank(tmp_path: Path):
+    script = tmp_path / "crash.py"
+    script.write_text("raise SystemExit('rank failed on purpose')\n")
+    with pytest.raises(ddp_mnist.DDPLaunchError, match="failed with exit code") as caught:
+        ddp_mnist.launch(1, [script], timeout=120, echo=False)
+    assert "a rank crashed" in str(caught.value)
+
+
+def test_launch_checks_its_arguments():
+    with pytest.raises(ValueError, match="nproc"):
+        ddp_mnist.launch(0, ["x.py"])
+    with pytest.raises(ValueError, match="timeout"):
+        ddp_mnist.launch(1, ["x.py"], timeout=0)
+
+
+@pytest.mark.slow
+def test_spawn_demo_save_barrier_load_and_buffer_broadcast(tmp_path: Path):
+    import torch.multiprocessing as mp
+
+    mp.spawn(ddp_mnist.spawn_demo, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2)
+    r0, r1 = (json.loads((tmp_path / f"spawn{r}.json").read_text()) for r in range(2))
+    assert r0["world_size"] == r1["world_size"] == 2
+    assert r0["loaded"] == r1["loaded"], "every rank loaded rank 0's checkpoint"
+    torch.manual_seed(0)
+    assert r0["loaded"] == ddp_mnist.weights_fingerprint(MnistCNN())
+    # At the start of every forward all ranks hold rank 0's buffers; after it, their own.
+    assert r0["running_mean_at_forward_start"] == r1["running_mean_at_forward_start"]
+    for a, b in zip(r0["running_mean_after_forward"], r1["running_mean_after_forward"],
+                    strict=True):
+        assert a != b
+    assert r1["running_mean_at_forward_start"][1] == r0["running_mean_after_forward"][0]
+    assert r0["sync_bn_type"] == "SyncBatchNorm"
+    assert "SyncBatchNorm expected input tensor to be on GPU" in r0["sync_bn_cpu_error"]
