@@ -8,18 +8,34 @@ extended in chapter 7 (Data parallelism), where DataParallel, DDP and ``torch.co
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Mapping
+import pickle
+import secrets
+import zipfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["WRAPPER_PREFIXES", "load_checkpoint", "save_checkpoint", "strip_prefixes", "unwrap"]
+__all__ = ["WRAPPER_PREFIXES", "CheckpointError", "LoadedCheckpoint", "load_checkpoint",
+           "save_checkpoint", "strip_prefixes", "unwrap"]
 
 #: Prefixes that wrappers add to state-dict keys: DataParallel/DDP and torch.compile.
 WRAPPER_PREFIXES: tuple[str, ...] = ("module.", "_orig_mod.")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be read, or a model that cannot be saved or loaded
+    (chapter 2). The message names the file and says what to do."""
+
+
+class LoadedCheckpoint(dict):
+    """What :func:`load_checkpoint` returns: the saved dictionary, plus the keys that did not
+    match (chapter 2). With ``strict=True`` both lists are always empty."""
+
+    missing_keys: list[str]
+    unexpected_keys: list[str]
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -34,22 +50,38 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
+def _overlap(keys: Iterable[str], reference: set[str]) -> int:
+    return len(set(keys) & reference)
+
+
 def strip_prefixes(
-    state_dict: Mapping[str, Any], prefixes: tuple[str, ...] = WRAPPER_PREFIXES
+    state_dict: Mapping[str, Any],
+    prefixes: tuple[str, ...] = WRAPPER_PREFIXES,
+    *,
+    reference_keys: Iterable[str] | None = None,
 ) -> dict[str, Any]:
-    """Remove wrapper prefixes (repeatedly, in any order) from every key (chapter 7)."""
-    out: dict[str, Any] = {}
-    for key, value in state_dict.items():
-        changed = True
-        while changed:
-            changed = False
-            for prefix in prefixes:
-                if key.startswith(prefix):
-                    key, changed = key[len(prefix):], True
-        if key in out:
-            raise ValueError(f"two keys become {key!r} once wrapper prefixes are removed")
-        out[key] = value
-    return out
+    """Remove the wrapper prefixes that *every* key carries, outermost first (chapter 7).
+
+    A prefix is removed only when all keys start with it, so a model that merely has a
+    submodule called ``module`` keeps its keys. With ``reference_keys`` (the keys of the model
+    to load into) a prefix is removed only when that makes the keys match the model better:
+    a model whose own keys all start with ``module.`` is left alone.
+    """
+    reference = set(reference_keys) if reference_keys is not None else None
+    keys = list(state_dict)
+    while keys:
+        prefix = next((p for p in prefixes if all(k.startswith(p) for k in keys)), None)
+        if prefix is None:
+            break
+        stripped = [k[len(prefix):] for k in keys]
+        if reference is not None and _overlap(stripped, reference) <= _overlap(keys, reference):
+            break
+        keys = stripped
+    return dict(zip(keys, state_dict.values(), strict=True))
+
+
+def _meta_tensors(state: Mapping[str, Any]) -> list[str]:
+    return [k for k, v in state.items() if isinstance(v, torch.Tensor) and v.device.type == "meta"]
 
 
 def save_checkpoint(model: nn.Module, path: str | Path, **extra: Any) -> Path:
@@ -57,18 +89,30 @@ def save_checkpoint(model: nn.Module, path: str | Path, **extra: Any) -> Path:
 
     Whatever wraps the model, the saved keys are those of the plain model, so the file loads
     into a plain model on any device. The file is written to a temporary name first and then
-    renamed, so an interrupted save never leaves a half-written checkpoint behind.
+    renamed, so an interrupted save never leaves a half-written checkpoint behind; it gets the
+    same permissions as ``torch.save`` would give it (the user's umask applies). A model on the
+    ``meta`` device holds no data and is refused.
     """
     path = Path(path)
+    state = unwrap(model).state_dict()
+    empty = _meta_tensors(state)
+    if empty:
+        raise CheckpointError(
+            f"cannot save {path}: the model's {', '.join(empty[:3])}"
+            f"{' ...' if len(empty) > 3 else ''} are on the meta device, which holds shapes but "
+            "no data. Move the model to a real device with model.to_empty(device=...) and "
+            "initialise or load its weights before saving.")
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"model": unwrap(model).state_dict(), **extra}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    payload = {"model": state, **extra}
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+    # O_EXCL: never clobber another file; mode 0o666 lets the umask decide, as torch.save does.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        torch.save(payload, tmp)
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(payload, handle)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
 
@@ -79,28 +123,83 @@ def _target_device(model: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
+def _read(path: Path, location: torch.device | str) -> Any:
+    """torch.load with weights_only=True, turning PyTorch's raw errors into ones that name the
+    file and say what is wrong with it."""
+    size = path.stat().st_size
+    if size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty (0 bytes): the save or the copy that "
+                              "made it was interrupted. Save it again, or copy it again.")
+    with path.open("rb") as handle:
+        head = handle.read(4)
+    if head.startswith(b"PK\x03\x04") and not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"checkpoint {path} is truncated ({size} bytes): it starts like a torch.save file but "
+            "its end is missing, as after an interrupted save, copy or download. Save it again, "
+            "or copy it again.")
+    if not head.startswith(b"PK\x03\x04") and not head.startswith(b"\x80"):
+        raise CheckpointError(
+            f"{path} is not a PyTorch checkpoint: it is neither torch.save's zip format nor the "
+            f"legacy pickle format (it starts with {head!r}). Check that you passed the right file.")
+    try:
+        return torch.load(path, map_location=location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = next((line.strip() for line in str(exc).splitlines()
+                       if "Unsupported global" in line), None)
+        if reason is None:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {exc!s:.200}") from None
+        raise CheckpointError(
+            f"checkpoint {path} contains a Python object that a weights-only load refuses, because "
+            f"unpickling it could run code ({reason}). Save only tensors and plain values (a "
+            "state_dict, numbers, strings); if you trust the file's origin, allow that one type "
+            "with torch.serialization.add_safe_globals([...]).") from None
+    except (RuntimeError, EOFError, KeyError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {path} is corrupt or truncated "
+                              f"({type(exc).__name__}: {exc!s:.200})") from None
+
+
 def load_checkpoint(
     model: nn.Module,
     path: str | Path,
     *,
     map_location: torch.device | str | None = None,
     strict: bool = True,
-) -> dict[str, Any]:
+) -> LoadedCheckpoint:
     """Load a checkpoint into ``model`` and return the whole saved dictionary (chapter 2).
 
     Tensors are mapped to ``map_location``, by default the device ``model`` lives on, so a
     checkpoint written on a GPU loads on a CPU-only machine. Accepts files written by
-    :func:`save_checkpoint` and bare state dicts, with or without ``module.`` /
-    ``_orig_mod.`` prefixes. Loads with ``weights_only=True``: a checkpoint cannot run code.
+    :func:`save_checkpoint` and bare state dicts, with or without the ``module.`` /
+    ``_orig_mod.`` prefixes that wrappers add (removed only where they do not belong to the
+    model itself). Loads with ``weights_only=True``: a checkpoint cannot run code. With
+    ``strict=False`` the returned dictionary's ``missing_keys`` and ``unexpected_keys`` say
+    what did not match. A model on the ``meta`` device is refused: it would discard every
+    weight.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    target = unwrap(model)
+    if _meta_tensors(target.state_dict()):
+        raise CheckpointError(
+            f"cannot load {path} into a model on the meta device: it holds shapes but no data, "
+            "so every weight would be silently discarded. Create the model on a real device, or "
+            "call model.to_empty(device=...) first.")
     location = map_location if map_location is not None else _target_device(model)
-    saved = torch.load(path, map_location=location, weights_only=True)
+    saved = _read(path, location)
     if not isinstance(saved, Mapping):
-        raise ValueError(f"{path} holds a {type(saved).__name__}, not a checkpoint dictionary")
+        raise CheckpointError(f"{path} holds a {type(saved).__name__}, not a checkpoint dictionary")
     is_wrapped = "model" in saved and isinstance(saved["model"], Mapping)
     state = saved["model"] if is_wrapped else saved
-    unwrap(model).load_state_dict(strip_prefixes(state), strict=strict)
-    return dict(saved) if is_wrapped else {"model": state}
+    empty = _meta_tensors(state)
+    if empty:
+        raise CheckpointError(
+            f"checkpoint {path} holds no data: {', '.join(empty[:3])}"
+            f"{' ...' if len(empty) > 3 else ''} were saved from the meta device. Save it again "
+            "from a model on a real device.")
+    state = strip_prefixes(state, reference_keys=target.state_dict().keys())
+    result = target.load_state_dict(state, strict=strict)
+    out = LoadedCheckpoint(saved if is_wrapped else {"model": state})
+    out.missing_keys = list(result.missing_keys)
+    out.unexpected_keys = list(result.unexpected_keys)
+    return out

@@ -1,8 +1,17 @@
+import os
+import stat
+
 import pytest
 import torch
 from torch import nn
 
-from helpers.checkpoints import load_checkpoint, save_checkpoint, strip_prefixes, unwrap
+from helpers.checkpoints import (
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+    strip_prefixes,
+    unwrap,
+)
 from helpers.models import MnistCNN
 
 
@@ -19,11 +28,15 @@ def test_unwrap_dataparallel_and_compiled():
     assert unwrap(Compiled(nn.DataParallel(net))) is net
 
 
-def test_strip_prefixes():
-    sd = {"module._orig_mod.fc.weight": 1, "_orig_mod.module.fc.bias": 2, "plain": 3}
-    assert strip_prefixes(sd) == {"fc.weight": 1, "fc.bias": 2, "plain": 3}
-    with pytest.raises(ValueError, match="two keys"):
-        strip_prefixes({"module.a": 1, "a": 2})
+def test_strip_prefixes_only_where_every_key_carries_them():
+    sd = {"module._orig_mod.fc.weight": 1, "module._orig_mod.fc.bias": 2}
+    assert strip_prefixes(sd) == {"fc.weight": 1, "fc.bias": 2}
+    mixed = {"module.a": 1, "head.b": 2}  # a model that has a submodule called "module"
+    assert strip_prefixes(mixed) == mixed
+    # The model's own keys start with "module.": a DataParallel file loses one prefix, not two.
+    nested = {"module.module.w": 1}
+    assert strip_prefixes(nested, reference_keys=["module.w"]) == {"module.w": 1}
+    assert strip_prefixes({"module.w": 1}, reference_keys=["module.w"]) == {"module.w": 1}
 
 
 def test_roundtrip_from_a_wrapped_model(tmp_path):
@@ -52,9 +65,6 @@ def test_loading_a_prefixed_raw_state_dict(tmp_path):
 
 def test_load_maps_to_the_models_device(tmp_path):
     path = save_checkpoint(nn.Linear(2, 2), tmp_path / "a.pt")
-    meta_model = nn.Linear(2, 2).to("meta")
-    load_checkpoint(meta_model, path)
-    assert meta_model.weight.device.type == "meta"
     cpu_model = nn.Linear(2, 2)
     load_checkpoint(cpu_model, path, map_location="cpu")
     assert cpu_model.weight.device.type == "cpu"
@@ -64,7 +74,7 @@ def test_missing_and_wrong_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_checkpoint(nn.Linear(1, 1), tmp_path / "nope.pt")
     torch.save(torch.zeros(3), tmp_path / "tensor.pt")
-    with pytest.raises(ValueError, match="not a checkpoint"):
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
         load_checkpoint(nn.Linear(1, 1), tmp_path / "tensor.pt")
 
 
@@ -88,5 +98,109 @@ def test_weights_only_refuses_code(tmp_path):
             return (print, ("this would run",))
 
     torch.save({"model": {}, "x": Evil()}, tmp_path / "evil.pt")
-    with pytest.raises(Exception, match="[Ww]eights only load failed"):
+    with pytest.raises(CheckpointError, match="Unsupported global") as info:
         load_checkpoint(nn.Linear(1, 1), tmp_path / "evil.pt")
+    assert "evil.pt" in str(info.value)
+    assert "weights_only=False" not in str(info.value)
+
+
+# ---- meta models, partial loads, wrapper-like names, broken files, permissions -------------
+
+def test_loading_into_a_meta_model_is_refused(tmp_path):
+    path = save_checkpoint(nn.Linear(2, 2), tmp_path / "a.pt")
+    with pytest.raises(CheckpointError, match="meta device.*to_empty"):
+        load_checkpoint(nn.Linear(2, 2).to("meta"), path)
+
+
+def test_saving_a_meta_model_is_refused_and_writes_nothing(tmp_path):
+    with pytest.raises(CheckpointError, match="meta device"):
+        save_checkpoint(nn.Linear(2, 2).to("meta"), tmp_path / "m.pt")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_saved_from_meta_is_refused_in_one_message(tmp_path):
+    torch.save(nn.Linear(2, 2).to("meta").state_dict(), tmp_path / "m.pt")
+    with pytest.raises(CheckpointError, match=r"m\.pt holds no data.*weight, bias"):
+        load_checkpoint(nn.Linear(2, 2), tmp_path / "m.pt")
+
+
+def test_strict_false_reports_missing_and_unexpected_keys(tmp_path):
+    torch.save({"weight": torch.zeros(2, 2), "extra": torch.zeros(1)}, tmp_path / "p.pt")
+    model = nn.Linear(2, 2)
+    loaded = load_checkpoint(model, tmp_path / "p.pt", strict=False)
+    assert loaded.missing_keys == ["bias"]
+    assert loaded.unexpected_keys == ["extra"]
+    assert torch.equal(model.weight, torch.zeros(2, 2))
+    full = load_checkpoint(model, save_checkpoint(model, tmp_path / "f.pt"))
+    assert full.missing_keys == [] and full.unexpected_keys == []
+
+
+class HasModule(nn.Module):
+    """An ordinary model whose only submodule is called ``module``."""
+
+    def __init__(self):
+        super().__init__()
+        self.module = nn.Linear(2, 2)
+
+
+class HasModuleAndHead(HasModule):
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(2, 1)
+
+
+@pytest.mark.parametrize("cls", [HasModule, HasModuleAndHead])
+def test_a_submodule_called_module_reloads(tmp_path, cls):
+    torch.manual_seed(0)
+    original = cls()
+    fresh = cls()
+    load_checkpoint(fresh, save_checkpoint(original, tmp_path / "own.pt"))
+    assert torch.equal(fresh.module.weight, original.module.weight)
+    # Saved through DataParallel by mistake: exactly one "module." comes off.
+    torch.save(nn.DataParallel(original).state_dict(), tmp_path / "dp.pt")
+    again = cls()
+    load_checkpoint(again, tmp_path / "dp.pt")
+    assert torch.equal(again.module.weight, original.module.weight)
+
+
+def test_an_empty_file_is_named(tmp_path):
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"empty\.pt is empty \(0 bytes\)"):
+        load_checkpoint(nn.Linear(1, 1), tmp_path / "empty.pt")
+
+
+def test_a_truncated_file_is_named(tmp_path):
+    good = save_checkpoint(nn.Linear(50, 50), tmp_path / "good.pt").read_bytes()
+    (tmp_path / "cut.pt").write_bytes(good[: len(good) // 2])
+    with pytest.raises(CheckpointError, match=r"cut\.pt is truncated") as info:
+        load_checkpoint(nn.Linear(50, 50), tmp_path / "cut.pt")
+    assert "weights_only" not in str(info.value)
+
+
+@pytest.mark.parametrize("junk", [b"hello world, not a checkpoint", b"\x89PNG\r\n\x1a\n...."])
+def test_a_garbage_file_is_named_and_never_told_to_disable_weights_only(tmp_path, junk):
+    (tmp_path / "junk.pt").write_bytes(junk)
+    with pytest.raises(CheckpointError, match=r"junk\.pt is not a PyTorch checkpoint") as info:
+        load_checkpoint(nn.Linear(1, 1), tmp_path / "junk.pt")
+    assert "weights_only=False" not in str(info.value)
+
+
+def test_a_pickle_of_garbage_is_called_corrupt(tmp_path):
+    (tmp_path / "bad.pt").write_bytes(b"\x80\x02garbage that is not a pickle stream")
+    with pytest.raises(CheckpointError, match=r"bad\.pt is corrupt") as info:
+        load_checkpoint(nn.Linear(1, 1), tmp_path / "bad.pt")
+    assert "weights_only=False" not in str(info.value)
+
+
+def test_files_keep_the_users_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        ours = save_checkpoint(nn.Linear(1, 1), tmp_path / "ours.pt")
+        torch.save({}, tmp_path / "theirs.pt")
+        os.umask(0o077)
+        private = save_checkpoint(nn.Linear(1, 1), tmp_path / "private.pt")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE
+    assert mode(ours.stat().st_mode) == mode((tmp_path / "theirs.pt").stat().st_mode) == 0o644
+    assert mode(private.stat().st_mode) == 0o600
