@@ -17,6 +17,7 @@ function names, in its docstring, the chapter that introduces it.
 from __future__ import annotations
 
 import logging
+import re
 
 import torch
 
@@ -42,8 +43,12 @@ def __getattr__(name: str):
 
 __version__ = "0.1.0"
 
+#: The oldest torch the book supports (pyproject.toml and the README say the same).
+MIN_TORCH = "2.9"
+
 
 __all__ = [
+    "MIN_TORCH",
     "best_device",
     "chapter_setup",
     "checkpoints",
@@ -58,6 +63,21 @@ __all__ = [
     "training",
 ]
 
+def _release(version: str) -> tuple[int, ...]:
+    # "2.10.0+cu128" -> (2, 10): compared as numbers, since "2.10" < "2.9" as strings.
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+
+
+def _torch_too_old_notice() -> str:
+    """Lines for the setup banner when this torch is older than the book's minimum, else ''."""
+    if _release(str(torch.__version__)) >= _release(MIN_TORCH):
+        return ""
+    return (f"Note: torch {torch.__version__} is older than {MIN_TORCH}, the oldest the book\n"
+            "supports, so some cells will fail. On Colab, run `%pip install -U torch torchvision`\n"
+            "in a cell, restart the runtime (Runtime > Restart session) and run from the top;\n"
+            f"elsewhere, install torch>={MIN_TORCH} with a matching torchvision.")
+
+
 _HARDWARE = {"cpu": "any machine, a CPU is enough", "gpu": "one GPU", "multi-gpu": "two or more GPUs"}
 
 
@@ -69,7 +89,8 @@ def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
     the least hardware on which every cell runs and ``best_on`` the hardware the chapter's
     measurements are meant for, each one of ``"cpu"``, ``"gpu"`` or ``"multi-gpu"``; the
     notebook's metadata declares the same two values. Seeds torch's generators with ``seed``.
-    ``chapter`` is the chapter's number, or a word such as ``"appendix"``.
+    ``chapter`` is the chapter's number, or a word such as ``"appendix"``. A torch older
+    than :data:`MIN_TORCH` is reported with what to do, without failing.
     """
     for value in (needs, best_on):
         if value not in _HARDWARE:
@@ -79,8 +100,11 @@ def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
     name = f"Chapter {chapter}" if isinstance(chapter, int) else f"This {chapter}"
     print(f"{name} runs on {_HARDWARE[needs]};")
     print(f"its measurements are meant for {_HARDWARE[best_on]}.")
-    print(describe_devices())
+    print(describe_devices(chosen))
     print(f"Using device: {chosen}")
+    notice = _torch_too_old_notice()
+    if notice:
+        print(notice)
     if chosen.type == "cpu" and best_on != "cpu":
         print("No GPU here: every comparison falls back to the CPU and says so, and the\n"
               "figures measured on real GPUs are shown beside the live ones.")

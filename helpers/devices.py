@@ -90,43 +90,45 @@ def has_gpu() -> bool:
     return gpu_count() > 0
 
 
+def _did_you_mean(text: str) -> str:
+    # PyTorch has no "gpu" device type; NVIDIA (and ROCm) GPUs are called "cuda".
+    kind, sep, rest = text.lower().partition(":")
+    if kind.startswith("gpu"):
+        return f"there is no 'gpu' device type: did you mean {'cuda' + sep + rest!r}?"
+    return ""
+
+
 def resolve_device(spec: str | torch.device | int) -> torch.device:
     """Turn ``spec`` into a :class:`torch.device` that exists on this machine (chapter 1).
 
     Accepts ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, ``"xpu:0"``, ``"meta"``, an
     integer GPU index or a ``torch.device``. Anything this machine does not have raises a
-    ``ValueError`` that lists the devices it does have.
+    ``ValueError`` that lists the devices it does have. ``"meta"`` (shapes without data) is
+    accepted here for the device-pitfall demonstrations, but :func:`best_device` refuses it.
     """
     if isinstance(spec, int):
         spec = f"cuda:{spec}"
     text = str(spec).strip()
+    here = f"Devices on this machine: {', '.join(available_devices())}."
     try:
         device = torch.device(text)
     except RuntimeError as exc:
-        raise ValueError(
-            f"{text!r} is not a device name PyTorch understands ({exc}). "
-            f"Devices on this machine: {', '.join(available_devices())}."
-        ) from None
+        reason = _did_you_mean(text) or str(exc)
+        raise ValueError(f"{text!r} is not a device name PyTorch understands: {reason} {here}") from None
     if device.type == "meta":
         return device
     if device.type not in ("cpu", *_ACCELERATOR_ORDER):
-        raise ValueError(
-            f"device type {device.type!r} is not supported by the book's helpers. "
-            f"Devices on this machine: {', '.join(available_devices())}."
-        )
+        raise ValueError(f"device type {device.type!r} is not supported by the book's helpers. {here}")
     count = _type_count(device.type)
     if count == 0:
-        raise ValueError(
-            f"device {text!r} is not available on this machine. "
-            f"Devices on this machine: {', '.join(available_devices())}."
-        )
+        raise ValueError(f"device {text!r} is not available on this machine. {here}")
     if device.type in ("cuda", "xpu"):
-        index = 0 if device.index is None else device.index
+        # Without an index, "cuda" means the current GPU (cuda:0 unless set_device changed it).
+        index = getattr(torch, device.type).current_device() if device.index is None else device.index
         if index >= count:
             raise ValueError(
                 f"device {text!r} does not exist: this machine has {count} {device.type} "
-                f"device(s), numbered 0 to {count - 1}. "
-                f"Devices on this machine: {', '.join(available_devices())}."
+                f"device(s), numbered 0 to {count - 1}. {here}"
             )
         return torch.device(device.type, index)
     return torch.device(device.type)
@@ -136,20 +138,42 @@ def best_device(override: str | torch.device | int | None = None) -> torch.devic
     """The device a chapter should use: ``cuda`` > ``mps`` > ``xpu`` > ``cpu`` (chapter 1).
 
     ``override`` (or else the ``BOOK_DEVICE`` environment variable) forces a device; it is
-    checked by :func:`resolve_device`, so a device that does not exist raises a clear error.
+    checked by :func:`resolve_device`, so a device that does not exist raises a clear error,
+    which names ``$BOOK_DEVICE`` when the value came from there. The ``meta`` device is
+    refused: it holds no data, so a chapter run on it would fail far from the cause.
     """
+    source = ""
     if override is None:
         override = os.environ.get(DEVICE_ENV_VAR) or None
-    if override is not None:
-        return resolve_device(override)
-    return torch.device(available_devices()[0])
+        source = f"${DEVICE_ENV_VAR}={override!r} (set in the environment): "
+    if override is None:
+        return torch.device(available_devices()[0])
+    try:
+        device = resolve_device(override)
+    except ValueError as exc:
+        if not source:
+            raise
+        raise ValueError(f"{source}{exc} Fix or unset {DEVICE_ENV_VAR}.") from None
+    if device.type == "meta":
+        fix = f" Fix or unset {DEVICE_ENV_VAR}." if source else ""
+        raise ValueError(
+            f"{source}the meta device holds no data, so no chapter can compute on it; "
+            f"choose one of: {', '.join(available_devices())}.{fix}"
+        )
+    return device
 
 
 def device_of(obj: Any) -> torch.device | None:
-    """The device a tensor or module lives on, or ``None`` for anything else (chapter 2)."""
+    """The device a tensor or module lives on, or ``None`` for anything else (chapter 2).
+
+    A module without parameters or buffers (``nn.ReLU()``) runs wherever its input is, so
+    it has no device of its own and gives ``None`` too.
+    """
     if isinstance(obj, torch.Tensor):
         return obj.device
     if isinstance(obj, nn.Module):
+        if next(obj.parameters(), None) is None and next(obj.buffers(), None) is None:
+            return None
         return module_device(obj)
     return None
 
@@ -182,14 +206,16 @@ def check_same_device(*objects: Any, **named: Any) -> torch.device:
 
     Pass objects by name (``check_same_device(model=net, x=x)``) for the clearest message;
     positional objects are called ``arg0``, ``arg1``... Anything that is neither a tensor nor
-    a module is ignored. Raises :class:`DeviceMismatchError` listing where each one lives.
+    a module is ignored, and so is a module without parameters or buffers. Raises :class:`DeviceMismatchError` listing where each one lives.
     """
     items: list[tuple[str, Any]] = [(f"arg{i}", o) for i, o in enumerate(objects)]
     items += list(named.items())
     placed = [(name, device_of(obj)) for name, obj in items]
     placed = [(name, dev) for name, dev in placed if dev is not None]
     if not placed:
-        raise ValueError("check_same_device needs at least one tensor or module.")
+        raise ValueError(
+            "check_same_device needs at least one tensor, or a module with parameters or buffers."
+        )
     devices = {dev for _, dev in placed}
     if len(devices) > 1:
         detail = ", ".join(f"{name} is on {dev}" for name, dev in placed)
@@ -200,17 +226,22 @@ def check_same_device(*objects: Any, **named: Any) -> torch.device:
     return placed[0][1]
 
 
-def _gpu_lines() -> Iterable[str]:
+def _gpu_lines(in_use: torch.device | None) -> Iterable[str]:
     if torch.cuda.is_available():
+        # get_device_properties reads what the driver reports without creating a CUDA context
+        # (torch's own start-up asks it of every GPU). mem_get_info would create one, about
+        # 0.5 GB, on each GPU it asks, and fails on a GPU another process holds exclusively,
+        # so only the GPU in use is asked how much of its memory is free.
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
-            major, minor = torch.cuda.get_device_capability(i)
-            free, total = torch.cuda.mem_get_info(i)
-            yield (
-                f"  cuda:{i}  {p.name}, compute capability {major}.{minor}, "
-                f"{p.multi_processor_count} SMs, {total / 2**30:.1f} GiB "
-                f"({free / 2**30:.1f} GiB free)"
+            line = (
+                f"  cuda:{i}  {p.name}, compute capability {p.major}.{p.minor}, "
+                f"{p.multi_processor_count} SMs, {p.total_memory / 2**30:.1f} GiB"
             )
+            if in_use is not None and in_use.type == "cuda" and resolve_device(in_use).index == i:
+                free, _ = torch.cuda.mem_get_info(in_use)
+                line += f" ({free / 2**30:.1f} GiB free)"
+            yield line
     if _type_available("mps"):
         yield "  mps     Apple GPU (Metal Performance Shaders)"
     if _type_available("xpu"):
@@ -218,14 +249,20 @@ def _gpu_lines() -> Iterable[str]:
             yield f"  xpu:{i}  {torch.xpu.get_device_name(i)}"
 
 
-def describe_devices() -> str:
-    """A readable, multi-line description of this machine's devices and versions (chapter 1)."""
+def describe_devices(device: str | torch.device | None = None) -> str:
+    """A readable, multi-line description of this machine's devices and versions (chapter 1).
+
+    Every GPU is listed with its name, compute capability, SM count and memory; only
+    ``device``, the one in use, is also asked how much memory is free, so the other GPUs
+    are described without being touched.
+    """
+    in_use = None if device is None else torch.device(device)
     cuda = torch.version.cuda or "none (this torch build has no CUDA)"
     lines = [
         f"torch {torch.__version__} (CUDA runtime {cuda}), Python {platform.python_version()}",
         f"  cpu     {platform.machine()} processor, {os.cpu_count()} logical cores, "
         f"{torch.get_num_threads()} torch threads",
     ]
-    gpus = list(_gpu_lines())
+    gpus = list(_gpu_lines(in_use))
     lines += gpus or ["  no GPU: CUDA, MPS and XPU are all unavailable on this machine"]
     return "\n".join(lines)

@@ -32,8 +32,38 @@ def test_override_argument_and_environment(monkeypatch):
     assert best_device("cpu") == torch.device("cpu")
     monkeypatch.setenv("BOOK_DEVICE", "cpu")
     assert best_device() == torch.device("cpu")
+
+
+def test_environment_cannot_choose_the_meta_device(monkeypatch):
     monkeypatch.setenv("BOOK_DEVICE", "meta")
-    assert best_device() == torch.device("meta")
+    with pytest.raises(ValueError) as err:
+        best_device()
+    message = str(err.value)
+    assert "$BOOK_DEVICE" in message and "meta" in message and "no data" in message
+    with pytest.raises(ValueError, match="no data"):
+        best_device("meta")
+    # Asked for by name, for the pitfall demonstrations, meta is still a device.
+    assert resolve_device("meta") == torch.device("meta")
+
+
+def test_environment_errors_name_the_variable(monkeypatch):
+    monkeypatch.setenv("BOOK_DEVICE", "banana")
+    with pytest.raises(ValueError, match=r"\$BOOK_DEVICE.*'banana'"):
+        best_device()
+    # An explicit argument is not blamed on the environment.
+    monkeypatch.delenv("BOOK_DEVICE")
+    with pytest.raises(ValueError) as err:
+        best_device("banana")
+    assert "BOOK_DEVICE" not in str(err.value)
+
+
+@pytest.mark.parametrize(("bad", "hint"), [("gpu", "'cuda'"), ("GPU:1", "'cuda:1'"), ("gpu1", "'cuda'")])
+def test_gpu_gets_a_did_you_mean_hint(bad, hint, monkeypatch):
+    with pytest.raises(ValueError, match=f"did you mean {hint}"):
+        resolve_device(bad)
+    monkeypatch.setenv("BOOK_DEVICE", bad)
+    with pytest.raises(ValueError, match=rf"\$BOOK_DEVICE.*did you mean {hint}"):
+        best_device()
 
 
 @pytest.mark.parametrize("bad", ["gpu", "cuda:x", "banana"])
@@ -110,6 +140,49 @@ def test_check_same_device_says_which_object_is_where():
     assert "lr" not in message  # non-tensors are ignored
 
 
+def test_check_same_device_skips_modules_without_tensors():
+    x = torch.zeros(2, 3)
+    assert check_same_device(act=nn.ReLU(), x=x) == torch.device("cpu")
+    assert check_same_device(nn.Linear(3, 1), nn.ReLU(), x) == torch.device("cpu")
+    assert device_of(nn.ReLU()) is None
+    with pytest.raises(DeviceMismatchError, match="x is on cpu"):
+        check_same_device(act=nn.ReLU(), model=nn.Linear(3, 1).to("meta"), x=x)
+
+
 def test_check_same_device_needs_a_tensor():
     with pytest.raises(ValueError, match="at least one tensor"):
         check_same_device(1, "a")
+    with pytest.raises(ValueError, match="at least one tensor"):
+        check_same_device(nn.ReLU())
+
+
+class _FakeProps:
+    name, major, minor, multi_processor_count, total_memory = "Fake GPU", 9, 0, 132, 80 * 2**30
+
+
+def _two_fake_gpus(monkeypatch):
+    """Pretend this machine has two CUDA GPUs and record which ones get a CUDA context."""
+    touched = []
+
+    def mem_get_info(device=None):
+        touched.append(torch.device(device))
+        return 70 * 2**30, 80 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: _FakeProps())
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    return touched
+
+
+def test_describe_devices_creates_no_context_on_other_gpus(monkeypatch):
+    touched = _two_fake_gpus(monkeypatch)
+    text = describe_devices(torch.device("cuda:1"))
+    assert touched == [torch.device("cuda:1")], "only the device in use is asked for its free memory"
+    assert "cuda:0  Fake GPU" in text and "cuda:1  Fake GPU" in text
+    assert text.count("80.0 GiB") == 2 and text.count("70.0 GiB free") == 1
+    touched.clear()
+    for quiet in (None, torch.device("cpu")):
+        assert "Fake GPU, compute capability 9.0, 132 SMs" in describe_devices(quiet)
+        assert touched == [], f"describe_devices({quiet}) touched a GPU's memory"

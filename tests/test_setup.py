@@ -78,3 +78,26 @@ def test_notebook_tool_round_trip(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "notebook.py"), "dump", str(nb_path),
                     str(back)], check=True)
     assert 'tags=["raises-exception"]' in back.read_text()
+
+
+@pytest.mark.parametrize("old", ["2.8.0+cu126", "2.5.1", "1.13.1+cpu"])
+def test_chapter_setup_says_when_torch_is_too_old(old, monkeypatch, capsys):
+    monkeypatch.setattr(torch, "__version__", old)
+    dev = helpers.chapter_setup(chapter=1)  # warns, never fails
+    out = capsys.readouterr().out
+    assert isinstance(dev, torch.device)
+    assert f"torch {old} is older than {helpers.MIN_TORCH}" in out
+    assert "%pip install -U torch torchvision" in out and "restart" in out.lower()
+    assert all(len(line) <= 100 for line in out.splitlines()), "the banner must fit a page"
+
+
+@pytest.mark.parametrize("recent", [helpers.MIN_TORCH, f"{helpers.MIN_TORCH}.1+cu128", "2.14.1", "3.0.0a0", "2.10.0"])
+def test_chapter_setup_is_quiet_about_a_recent_torch(recent, monkeypatch, capsys):
+    monkeypatch.setattr(torch, "__version__", recent)
+    helpers.chapter_setup(chapter=1)
+    assert "older than" not in capsys.readouterr().out
+
+
+def test_minimum_torch_is_a_version_number():
+    major, minor = (int(part) for part in helpers.MIN_TORCH.split("."))
+    assert (major, minor) >= (2, 9)
