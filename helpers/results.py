@@ -4,11 +4,14 @@ Introduced in chapter 3 (Matrix multiply), where a reader without a GPU sees the
 real GPU produced, labelled with the hardware and versions; the appendix (Measured results)
 renders every file. The files are written by ``python -m helpers.bench``, never by hand.
 
-A result file is JSON::
+The result files travel with the package (``helpers/_results``), so an installed copy (Colab)
+shows the same figures as a checkout of the book.
 
-    {"schema_version": 1, "date": "...", "command": "...",
-     "machine": {"slug": ..., "device_name": ..., "gpu_count": ..., "driver": ..., "cuda": ...,
-                 "torch": ..., ...},
+A result file is JSON (schema version 2; version 1 files are read too)::
+
+    {"schema_version": 2, "date": "...", "command": "...",
+     "machine": {"slug": ..., "device_name": ..., "gpu_count": ..., "accelerator": ...,
+                 "driver": ..., "cuda": ..., "torch": ..., "book_commit": ..., "flags": ...},
      "figures": [{"workload": ..., "chapter": ..., "name": ..., "value": ..., "unit": ...,
                   "device": ..., "spread": ..., "note": ...}, ...]}
 """
@@ -22,25 +25,45 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["RESULTS_ENV_VAR", "SCHEMA_VERSION", "committed", "load_results", "results_dir",
-           "show_committed"]
+__all__ = ["RESULTS_ENV_VAR", "SCHEMA_VERSION", "committed", "load_results", "machine_stamp",
+           "results_dir", "show_committed"]
 
 RESULTS_ENV_VAR = "BOOK_RESULTS_DIR"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+_READABLE = (1, 2)
+_PACKAGED = Path(__file__).resolve().parent / "_results"
 
 
 def results_dir() -> Path:
-    """``$BOOK_RESULTS_DIR``, else the book's ``results/`` folder (appendix)."""
+    """``$BOOK_RESULTS_DIR``, else the checkout's ``results/`` folder, else the copy of the
+    result files installed with the package (appendix)."""
     env = os.environ.get(RESULTS_ENV_VAR)
     if env:
         return Path(env).expanduser()
-    return Path(__file__).resolve().parents[1] / "results"
+    root = Path(__file__).resolve().parents[1]
+    if (root / "pyproject.toml").is_file() and (root / "results").is_dir():
+        return root / "results"
+    return _PACKAGED
+
+
+def _migrate(doc: dict[str, Any]) -> dict[str, Any]:
+    """Fill in what a version 1 file did not record, so readers see one shape."""
+    m = doc["machine"]
+    if isinstance(m, dict) and doc["schema_version"] == 1:
+        kind = None
+        if m.get("gpu_count"):
+            kind = "rocm" if m.get("hip") else "cuda"
+        m.setdefault("accelerator", kind)
+        m.setdefault("book_commit", "unknown")
+        m.setdefault("flags", {})
+    return doc
 
 
 def load_results(directory: str | Path | None = None) -> list[dict[str, Any]]:
     """Every result file in ``directory``, parsed, sorted by machine slug (appendix).
 
-    A file that is not valid JSON or lacks the top-level keys raises ``ValueError`` naming it.
+    A file that is not valid JSON, lacks the top-level keys or has a schema version this
+    package cannot read raises ``ValueError`` naming it.
     """
     folder = Path(directory) if directory is not None else results_dir()
     out = []
@@ -52,8 +75,11 @@ def load_results(directory: str | Path | None = None) -> list[dict[str, Any]]:
         missing = {"schema_version", "machine", "date", "figures"} - set(doc)
         if missing:
             raise ValueError(f"result file {path} lacks {sorted(missing)}")
+        if doc["schema_version"] not in _READABLE:
+            raise ValueError(f"result file {path} has schema version {doc['schema_version']!r}; "
+                             f"this copy of the helpers reads {_READABLE}: update the helpers")
         doc["_path"] = str(path)
-        out.append(doc)
+        out.append(_migrate(doc))
     return out
 
 
@@ -81,31 +107,83 @@ def committed(workload: str | None = None, *, gpu_only: bool = False,
     return pd.DataFrame(rows, columns=columns)
 
 
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def machine_stamp(doc: dict[str, Any], label: str | None = None) -> str:
+    """One line naming the hardware and versions behind a result file (chapter 3)."""
+    from helpers.bench.report import machine_label
+
+    m = doc["machine"]
+    parts = [label or machine_label(doc)]
+    if m.get("driver"):
+        parts.append(f"driver {m['driver']}")
+    if m.get("cuda"):
+        parts.append(f"CUDA {m['cuda']}")
+    if m.get("hip"):
+        parts.append(f"ROCm/HIP {m['hip']}")
+    parts.append(f"torch {m['torch']}")
+    parts.append(f"measured {doc['date'][:10]}")
+    commit = m.get("book_commit") or "unknown"
+    parts.append(f"book commit {commit[:10]}")
+    return ", ".join(parts)
+
+
 def show_committed(workload: str, *, gpu_only: bool = True,
                    directory: str | Path | None = None) -> pd.DataFrame:
-    """Print which machines measured ``workload`` and return their figures as a wide table
-    (figures as rows, one column per machine) (chapter 3).
+    """Show which machines measured ``workload`` and their figures, and return the table
+    (chapter 3): figures as rows, one column per result file (per machine, never merged by
+    device name), headed with the device and its GPU count.
 
-    With ``gpu_only`` (the default) only figures measured on a GPU are kept: a GPU machine's
-    CPU baselines are left out, so a column headed with a GPU's name holds GPU figures only.
-    Each row is labelled with its unit and the device that measured it. Says so plainly when no
-    such results have been committed yet.
+    It displays itself (inside a notebook through IPython's ``display``, elsewhere with
+    ``print``), so it works inside ``if``/``else``; call it as a statement or assign the
+    result, never as a cell's last bare expression (that would show the table twice).
+
+    With ``gpu_only`` (the default) only GPU machines, and only the figures they measured on
+    the GPU, are kept: a column headed with a GPU's name holds GPU figures only. Says so
+    plainly when no such results have been committed yet.
     """
-    table = committed(workload, gpu_only=gpu_only, directory=directory)
+    from helpers.bench.report import machine_labels
+
+    docs = load_results(directory)
     if gpu_only:
-        table = table[table["device"].astype(str) != "cpu"]
+        docs = [d for d in docs if d["machine"].get("gpu_count")]
+    labels = dict(zip((d["_path"] for d in docs), machine_labels(docs), strict=True))
+    rows, shown = [], []
+    for doc in docs:
+        figs = [f for f in doc["figures"] if f.get("workload") == workload
+                and not (gpu_only and str(f.get("device")) == "cpu")]
+        if figs:
+            shown.append(doc)
+        for f in figs:
+            rows.append({"machine": labels[doc["_path"]],
+                         "figure": f"{f['name']} [{f['unit']}] on {f['device']}",
+                         "value": f["value"]})
     kind = "GPU " if gpu_only else ""
-    if table.empty:
+    if not rows:
         print(f"No committed {kind}results for the {workload!r} workload yet: "
               "they appear here once `python -m helpers.bench` has run on such a machine "
               "and its result file is committed under results/.")
-        return table
-    for _machine, group in table.groupby("machine", sort=False):
-        first = group.iloc[0]
-        print(f"{first['device_name']} (x{first['gpu_count']}), torch {first['torch']}, "
-              f"CUDA {first['cuda']}, driver {first['driver']}, measured {first['date'][:10]}")
-    table = table.assign(
-        figure=table["name"] + " [" + table["unit"] + "] on " + table["device"].astype(str))
+        return pd.DataFrame()
+    print(f"Committed {kind}figures for {workload!r} (results/, one column per machine):")
+    for doc in shown:
+        print(f"  {machine_stamp(doc, labels[doc['_path']])}")
+    long = pd.DataFrame(rows)
     # Every (figure, machine) pair is unique in a valid result file; "first" never averages.
-    return table.pivot_table(index="figure", columns="device_name", values="value",
+    table = long.pivot_table(index="figure", columns="machine", values="value",
                              aggfunc="first", sort=False)
+    table = table.reindex(columns=[labels[d["_path"]] for d in shown])
+    table.columns.name = "machine"
+    if _in_kernel():
+        from IPython.display import display
+
+        display(table)
+    else:
+        print(table.to_string())
+    return table

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ def bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(runner, "load_workload_modules", lambda package=None: [])
     results = tmp_path / "results"
     monkeypatch.setenv("BOOK_RESULTS_DIR", str(results))
+    monkeypatch.setattr(core, "book_root", lambda: tmp_path)  # the checkout holding _build/
 
     class State:
         calls = 0
@@ -113,7 +115,7 @@ def test_a_failed_run_leaves_the_previous_file_intact(bench, capsys, error):
 def test_a_failed_first_run_writes_nothing(bench):
     bench.fail = ValueError("broken")
     assert run() == 1
-    assert not bench.results.exists() or not any(bench.results.iterdir())
+    assert not any(bench.results.glob("*"))  # the folder was checked for writing, no file or not any(bench.results.iterdir())
 
 
 @pytest.mark.parametrize("bad", [[], "not a list", [1.0], [Figure("x", float("nan"), "s", "cpu")]])
@@ -123,7 +125,7 @@ def test_a_workload_returning_no_figures_or_bad_ones_fails(bench, bad, capsys):
         return bad
 
     assert run() == 1
-    assert not bench.results.exists()
+    assert not any(bench.results.glob("*"))  # the folder was checked for writing, no file
     assert "gamma" in capsys.readouterr().err
 
 
@@ -133,7 +135,7 @@ def test_figures_that_break_the_schema_are_not_written(bench, capsys):
         return [Figure("t", 1.0, "s", "cpu"), Figure("t", 2.0, "s", "cpu")]
 
     assert run() == 1
-    assert not bench.results.exists()
+    assert not any(bench.results.glob("*"))  # the folder was checked for writing, no file
     assert "twice" in capsys.readouterr().err
 
 
@@ -238,12 +240,14 @@ def test_write_atomically_keeps_the_old_file_when_the_write_fails(tmp_path, monk
 
 def good_doc() -> dict:
     return {
-        "schema_version": 1, "date": "2026-01-02T03:04:05+00:00",
+        "schema_version": 2, "date": "2026-01-02T03:04:05+00:00",
         "command": "python -m helpers.bench", "quick": False, "duration_s": 12.5,
         "machine": {"slug": "gpu-nvidia-h100-80gb-hbm3-x1", "device_name": "NVIDIA H100 80GB HBM3",
                     "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
-                    "cpu": "Some CPU", "cpu_count": 16, "driver": "550.54.15", "cuda": "12.8",
-                    "torch": "2.14.1", "python": "3.11.9", "platform": "Linux"},
+                    "accelerator": "cuda", "cpu": "Some CPU", "cpu_count": 16,
+                    "driver": "550.54.15", "cuda": "12.8", "torch": "2.14.1",
+                    "python": "3.11.9", "platform": "Linux", "book_commit": "0123abcd",
+                    "flags": {"cuda_matmul_allow_tf32": False}},
         "figures": [{"workload": "matmul", "chapter": 3, "name": "fp32 4096", "value": 51.0,
                      "unit": "TFLOP/s", "device": "cuda:0", "spread": 0.3, "note": ""}],
     }
@@ -267,7 +271,12 @@ def _set(doc, path, value):
 
 
 @pytest.mark.parametrize("path, value, message", [
-    (("schema_version",), 2, "schema_version"),
+    (("schema_version",), 3, "schema_version"),
+    (("schema_version",), True, "schema_version"),
+    (("machine", "book_commit"), KeyError, "lacks 'book_commit'"),
+    (("machine", "accelerator"), None, "accelerator must be null exactly"),
+    (("machine", "accelerator"), "tpu", "accelerator must be one of"),
+    (("machine", "flags"), [], "flags"),
     (("date",), "yesterday", "ISO-8601"),
     (("date",), "2026-01-02T03:04:05", "UTC"),
     (("command",), "", "command"),
@@ -311,9 +320,129 @@ def test_schema_rejects_a_figure_reported_twice_and_a_misnamed_file(tmp_path):
 def test_a_cpu_only_machine_needs_no_driver():
     doc = good_doc()
     doc["machine"].update(slug="cpu-some-cpu-16c", device_name="Some CPU", gpu_count=0, gpus=[],
-                          driver=None, cuda=None)
+                          driver=None, cuda=None, accelerator=None)
     doc["figures"][0]["device"] = "cpu"
     assert schema.validate(doc) == []
+
+
+@pytest.mark.parametrize("kind, extra", [("rocm", {"hip": "6.4.1"}), ("mps", {}), ("xpu", {})])
+def test_rocm_mps_and_xpu_machines_need_no_nvidia_driver(kind, extra):
+    doc = good_doc()
+    doc["machine"].update(accelerator=kind, driver=None, cuda=None, **extra)
+    doc["figures"][0]["device"] = "cuda:0" if kind == "rocm" else f"{kind}:0"
+    assert schema.validate(doc) == []
+    if kind == "rocm":
+        del doc["machine"]["hip"]
+        assert any("HIP" in p for p in schema.validate(doc))
+
+
+def test_version_1_files_stay_valid():
+    doc = good_doc()
+    doc["schema_version"] = 1
+    for key in ("accelerator", "book_commit", "flags"):
+        del doc["machine"][key]
+    assert schema.validate(doc) == []
+    doc["machine"].update(driver=None, cuda=None, hip="6.2")  # a ROCm run in version 1
+    assert schema.validate(doc) == []
+
+
+def _fake_torch_devices(monkeypatch, kind: str, count: int) -> None:
+    """Make this CPU-only torch report ``count`` devices of ``kind`` to ``core.machine_info``."""
+    import torch
+
+    props = types.SimpleNamespace(name=f"Fake {kind} device", total_memory=2**34,
+                                  multi_processor_count=8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: kind in ("cuda", "rocm"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0))
+    monkeypatch.setattr(torch.version, "hip", "6.4.1" if kind == "rocm" else None)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: kind == "xpu")
+    monkeypatch.setattr(torch.xpu, "device_count", lambda: count)
+    monkeypatch.setattr(torch.xpu, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: kind == "mps")
+    monkeypatch.setattr(core, "_driver_version", lambda: "580.65" if kind == "cuda" else None)
+
+
+@pytest.mark.parametrize("kind, count", [("cuda", 2), ("rocm", 1), ("xpu", 2), ("mps", 1)])
+def test_the_machine_record_counts_every_kind_of_accelerator(monkeypatch, kind, count):
+    _fake_torch_devices(monkeypatch, kind, count)
+    info = core.machine_info()
+    assert info["accelerator"] == kind and info["gpu_count"] == count
+    assert len(info["gpus"]) == count
+    assert core.machine_slug(info).endswith(f"-x{count}")
+    assert info["driver"] == ("580.65" if kind == "cuda" else None)
+    assert ("hip" in info) == (kind == "rocm")
+    machine = {"slug": core.machine_slug(info), **info}
+    assert schema.validate_machine(machine) == [], schema.validate_machine(machine)
+
+
+def test_the_machine_record_names_the_commit_and_the_flags(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", True)
+    info = core.machine_info()
+    assert info["flags"]["cudnn_benchmark"] is True
+    assert {"float32_matmul_precision", "cuda_matmul_allow_tf32", "cudnn_allow_tf32"} <= set(
+        info["flags"])
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                          text=True)
+    if head.returncode == 0:
+        assert info["book_commit"] == head.stdout.strip()
+    monkeypatch.setenv("BOOK_COMMIT", "feedbeef")
+    assert core.book_commit() == "feedbeef"
+    monkeypatch.delenv("BOOK_COMMIT")
+    monkeypatch.setattr(core, "book_root", lambda: None)
+    assert core.book_commit() == "unknown"
+
+
+# Where the runner writes, and what it refuses --------------------------------------------
+
+def test_meta_is_refused_with_a_message(bench, capsys):
+    assert run("--device", "meta") == 2
+    assert "meta device" in capsys.readouterr().err
+    assert bench.calls == 0 and not bench.results.exists()
+
+
+def test_an_unwritable_folder_stops_the_run_before_measuring(bench, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    assert run("--out", str(blocker / "results")) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the result file" in err and "nothing was measured" in err
+    assert bench.calls == 0
+
+
+def test_banners_say_which_kind_of_run(bench, capsys):
+    assert run("--only", "alpha") == 0
+    assert "(partial run)" in capsys.readouterr().out
+    assert run("--quick") == 0
+    assert "(quick run)" in capsys.readouterr().out
+    assert run("--quick", "--only", "beta") == 0
+    assert "(quick and partial run)" in capsys.readouterr().out
+    assert run("--only", "alpha", "--only", "beta") == 0
+    assert "(full run)" in capsys.readouterr().out
+
+
+def test_without_a_checkout_a_scratch_run_goes_to_a_temporary_folder(bench, monkeypatch,
+                                                                     tmp_path, capsys):
+    monkeypatch.setattr(core, "book_root", lambda: None)
+    monkeypatch.setattr(runner.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.delenv("BOOK_RESULTS_DIR")
+    for argv in (["--quick"], []):  # a full run too: never into site-packages
+        assert run(*argv) == 0
+        out = capsys.readouterr().out
+        assert "No checkout of the book here" in out
+    written = sorted((tmp_path / "tmp").glob("book-bench-*/*.json"))
+    assert len(written) == 2
+    assert not bench.scratch.exists() and not bench.results.exists()
+
+
+def test_scratch_runs_from_a_checkout_stay_inside_it(bench):
+    assert run("--quick") == 0
+    assert bench.scratch.is_dir()
+    assert bench.scratch.resolve().is_relative_to(core.book_root().resolve())
 
 
 # The real command, with the book's own workload modules ---------------------------------

@@ -1,15 +1,21 @@
 import json
+import types
 
 import pytest
 
 from helpers import results
 
 
-def write(folder, name, gpu_count, figures):
-    doc = {"schema_version": 1, "date": "2026-11-22T00:00:00Z", "command": "python -m helpers.bench",
-           "machine": {"slug": name, "device_name": f"Device {name}", "gpu_count": gpu_count,
-                       "torch": "2.14.1", "cuda": "13.0" if gpu_count else None, "driver": None},
-           "figures": figures}
+def write(folder, name, gpu_count, figures, device_name=None, version=1):
+    machine = {"slug": name, "device_name": device_name or f"Device {name}",
+               "gpu_count": gpu_count, "torch": "2.14.1",
+               "cuda": "13.0" if gpu_count else None, "driver": "580.1" if gpu_count else None,
+               "cpu": "Some CPU", "cpu_count": 8}
+    if version == 2:
+        machine.update(accelerator="cuda" if gpu_count else None, book_commit="abc1234def",
+                       flags={"cudnn_benchmark": False})
+    doc = {"schema_version": version, "date": "2026-11-22T00:00:00+00:00",
+           "command": "python -m helpers.bench", "machine": machine, "figures": figures}
     (folder / f"{name}.json").write_text(json.dumps(doc))
 
 
@@ -22,6 +28,17 @@ def test_results_dir_override(monkeypatch, tmp_path):
     assert results.results_dir() == tmp_path
 
 
+def test_results_dir_is_the_checkouts_folder_and_the_package_carries_a_copy(monkeypatch):
+    monkeypatch.delenv("BOOK_RESULTS_DIR", raising=False)
+    from tests.conftest import ROOT
+
+    assert results.results_dir() == ROOT / "results"
+    # helpers/_results is what the wheel ships (pyproject's package-data); in a checkout it
+    # is the same folder, so an installed copy sees exactly the committed files
+    packaged = sorted(p.name for p in results._PACKAGED.glob("*.json"))
+    assert packaged == sorted(p.name for p in (ROOT / "results").glob("*.json")) != []
+
+
 def test_committed_table_and_gpu_filter(tmp_path):
     write(tmp_path, "cpu-box", 0, [dict(FIG, device="cpu", value=0.1)])
     write(tmp_path, "gpu-h100", 1, [FIG, dict(FIG, workload="mnist", name="images_per_s", unit="1/s")])
@@ -30,17 +47,50 @@ def test_committed_table_and_gpu_filter(tmp_path):
     assert set(results.committed("matmul", gpu_only=True, directory=tmp_path)["machine"]) == {"gpu-h100"}
 
 
-def test_show_committed_prints_the_hardware(tmp_path, capsys):
-    write(tmp_path, "gpu-h100", 1, [FIG])
+def test_show_committed_prints_the_hardware_and_the_table(tmp_path, capsys):
+    write(tmp_path, "gpu-h100", 1, [FIG], version=2)
     wide = results.show_committed("matmul", directory=tmp_path)
     out = capsys.readouterr().out
-    assert "Device gpu-h100 (x1)" in out and "CUDA 13.0" in out
-    assert wide.loc["fp32_tflops [TFLOP/s] on cuda:0", "Device gpu-h100"] == 1.5
+    assert "Device gpu-h100 x1, driver 580.1, CUDA 13.0, torch 2.14.1" in out
+    assert "book commit abc1234def" in out
+    assert wide.loc["fp32_tflops [TFLOP/s] on cuda:0", "Device gpu-h100 x1"] == 1.5
+    # outside a notebook the table itself is printed, not only returned
+    assert "fp32_tflops [TFLOP/s] on cuda:0" in out and "1.5" in out
+
+
+def test_one_column_per_machine_even_for_the_same_gpu(tmp_path, capsys):
+    name = "NVIDIA H100 80GB HBM3"
+    write(tmp_path, "gpu-h100-x1", 1, [FIG], device_name=name)
+    write(tmp_path, "gpu-h100-x8", 8, [dict(FIG, value=1.6)], device_name=name)
+    write(tmp_path, "gpu-h100-x8-other", 8, [dict(FIG, value=1.7)], device_name=name)
+    wide = results.show_committed("matmul", directory=tmp_path)
+    assert len(wide.columns) == 3
+    assert sorted(wide.iloc[0]) == [1.5, 1.6, 1.7]
+    assert f"{name} x1" in wide.columns
+    assert sum(c.startswith(f"{name} x8 <") for c in wide.columns) == 2  # slug tells them apart
+    stamps = capsys.readouterr().out
+    assert all(f"{column}, driver" in stamps for column in wide.columns)
+
+
+def test_show_committed_displays_itself_inside_a_kernel(tmp_path, monkeypatch, capsys):
+    """Inside a notebook the table goes through IPython's display, so a call inside if/else
+    shows it; what it displays is the table it returns."""
+    write(tmp_path, "gpu-h100", 1, [FIG])
+    shown = []
+    fake_shell = types.SimpleNamespace(kernel=object())
+    monkeypatch.setattr("IPython.get_ipython", lambda: fake_shell)
+    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    wide = results.show_committed("matmul", directory=tmp_path)
+    assert len(shown) == 1 and shown[0] is wide
+    out = capsys.readouterr().out
+    assert "Device gpu-h100 x1" in out and "fp32_tflops" not in out  # not printed twice
 
 
 def test_show_committed_says_when_there_is_nothing(tmp_path, capsys):
     assert results.show_committed("matmul", directory=tmp_path).empty
     assert "No committed GPU results" in capsys.readouterr().out
+    write(tmp_path, "cpu-box", 0, [dict(FIG, device="cpu")])
+    assert results.show_committed("matmul", directory=tmp_path).empty
 
 
 def test_broken_files_are_named(tmp_path):
@@ -50,6 +100,17 @@ def test_broken_files_are_named(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="bad.json lacks"):
         results.load_results(tmp_path)
+    write(tmp_path, "bad", 1, [FIG], version=7)
+    with pytest.raises(ValueError, match="schema version 7"):
+        results.load_results(tmp_path)
+
+
+def test_version_1_files_are_read_with_the_new_keys_filled_in(tmp_path):
+    write(tmp_path, "gpu-old", 1, [FIG], version=1)
+    write(tmp_path, "gpu-new", 1, [FIG], version=2)
+    old, new = sorted(results.load_results(tmp_path), key=lambda d: d["schema_version"])
+    assert old["machine"]["accelerator"] == "cuda" and old["machine"]["book_commit"] == "unknown"
+    assert new["machine"]["book_commit"] == "abc1234def"
 
 
 def test_show_committed_never_mixes_cpu_and_gpu_figures(tmp_path, capsys):
@@ -58,4 +119,23 @@ def test_show_committed_never_mixes_cpu_and_gpu_figures(tmp_path, capsys):
     assert list(wide.index) == ["fp32_tflops [TFLOP/s] on cuda:0"]
     assert wide.iloc[0, 0] == 1.5  # not the mean of 1.5 and 0.2
     both = results.show_committed("matmul", gpu_only=False, directory=tmp_path)
-    assert both.loc["fp32_tflops [TFLOP/s] on cpu", "Device gpu-h100"] == 0.2
+    assert both.loc["fp32_tflops [TFLOP/s] on cpu", "Device gpu-h100 x1"] == 0.2
+
+
+def test_show_committed_in_a_notebook_branch(tmp_path):
+    """A real kernel: the call inside an else branch shows the figures table."""
+    pytest.importorskip("nbclient")
+    import nbformat
+    from nbclient import NotebookClient
+
+    write(tmp_path, "gpu-h100", 1, [dict(FIG, value=123.25)])
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import helpers.results\n"
+        f"if False:\n    pass\nelse:\n    helpers.results.show_committed('matmul', directory={str(tmp_path)!r})\n"))
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outputs = nb.cells[0].outputs
+    kinds = [o["output_type"] for o in outputs]
+    assert kinds.count("display_data") == 1, kinds
+    data = next(o for o in outputs if o["output_type"] == "display_data")["data"]
+    assert "123.25" in data["text/html"] and "Device gpu-h100 x1" in data["text/html"]

@@ -112,7 +112,7 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
             gpu = {**FAKE_GPU, "name": f"Example GPU {i + 1} 80GB"}
             m.setattr(core, "machine_info", lambda gpu=gpu: {
                 **real_info, "device_name": gpu["name"], "gpu_count": 1, "gpus": [gpu],
-                "driver": "570.1", "cuda": "12.8", "cudnn": 90100})
+                "driver": "570.1", "cuda": "12.8", "cudnn": 90100, "accelerator": "cuda"})
             assert runner.main(["--no-progress", "--out", str(folder)]) == 0
 
 

@@ -19,8 +19,11 @@ Rules that keep the committed files trustworthy:
   :func:`os.replace`; a run that fails or is interrupted leaves the previous file as it was.
   A second full run on the same machine replaces that machine's file.
 - Only a full run of every workload may write into the committed ``results/`` folder. Quick
-  and partial (``--only``) runs go to ``_build/bench/`` unless ``--out`` names another folder,
-  and naming ``results/`` for them is refused.
+  and partial (``--only``) runs go to the checkout's ``_build/bench/`` unless ``--out`` names
+  another folder (an installed package without a checkout uses a new temporary folder and
+  says where), and naming ``results/`` for them is refused.
+- The output folder is checked for writing before anything is measured, and ``meta`` (shapes
+  without data, no computation) is refused.
 """
 
 from __future__ import annotations
@@ -159,9 +162,24 @@ def write_atomically(doc: dict[str, Any], path: Path) -> None:
 
 
 def _default_scratch() -> Path:
-    from helpers.results import results_dir
+    """``_build/bench`` in the book's checkout; without a checkout (an installed package), a
+    new temporary folder: never the home folder, ``/`` or ``site-packages``."""
+    root = core.book_root()
+    if root is not None:
+        return root / "_build" / "bench"
+    return Path(tempfile.mkdtemp(prefix="book-bench-"))
 
-    return results_dir().parent / "_build" / "bench"
+
+def _check_writable(folder: Path) -> str | None:
+    """Why a result file cannot be written into ``folder``, or None when it can."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -179,7 +197,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", help="device to measure on (default: the best one here, or "
                                     "$BOOK_DEVICE)")
     p.add_argument("--out", type=Path, help="folder for the result file (default: results/ "
-                                            "for a full run, _build/bench/ otherwise)")
+                                            "for a full run, the checkout's _build/bench/ "
+                                            "otherwise)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -224,7 +243,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         workloads = [w for w in workloads if w.name in set(args.only)]
     full = not args.quick and len(workloads) == len(known)
     committed_dir = results_dir()
-    out = args.out if args.out is not None else (committed_dir if full else _default_scratch())
+    if args.out is not None:
+        out = args.out
+    elif full and (core.book_root() is not None or os.environ.get("BOOK_RESULTS_DIR")):
+        out = committed_dir
+    else:
+        out = _default_scratch()
+        if core.book_root() is None:
+            print(f"No checkout of the book here: the result file goes to the temporary folder "
+                  f"{out} (name another with --out).")
     if not full and _same_folder(out, committed_dir):
         print(f"error: a quick or partial run may not write into {committed_dir}, which holds "
               "the committed full runs; choose another folder with --out.", file=sys.stderr)
@@ -235,6 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if device.type == "meta":
+        print("error: the meta device holds shapes without data and computes nothing, so it "
+              "has no speed to measure; choose a real device (--device cpu, cuda, mps, ...).",
+              file=sys.stderr)
+        return EXIT_USAGE
+    unwritable = _check_writable(out)
+    if unwritable is not None:
+        print(f"error: cannot write the result file into {out} ({unwritable}); nothing was "
+              "measured. Choose a writable folder with --out.", file=sys.stderr)
+        return EXIT_USAGE
     machine = machine_record(device)
     machine_problems = schema.validate_machine(machine)
     if machine_problems:
@@ -243,7 +280,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
     path = out / f"{machine['slug']}.json"
-    kind = "quick" if args.quick else "full"
+    if full:
+        kind = "full"
+    else:
+        kind = " and ".join(k for k, on in (("quick", args.quick),
+                                            ("partial", len(workloads) < len(known))) if on)
     print(f"Measuring {len(workloads)} workload(s) ({kind} run) on {device} "
           f"[{machine['device_name']}], torch {machine['torch']}; result file: {path}")
     started = datetime.now(timezone.utc)

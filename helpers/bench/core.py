@@ -10,13 +10,17 @@ from __future__ import annotations
 import os
 import platform
 import re
+import subprocess
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["WORKLOADS", "Figure", "Workload", "machine_info", "machine_slug", "workload"]
+__all__ = ["WORKLOADS", "Figure", "Workload", "book_commit", "book_root", "machine_info",
+           "machine_slug", "precision_flags", "workload"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,14 @@ def workload(name: str, chapter: int | str, description: str = ""):
 
 
 def _cpu_name() -> str:
+    if platform.system() == "Darwin":  # no /proc there; sysctl names the Apple chip
+        try:
+            out = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"],
+                                 capture_output=True, text=True, timeout=10, check=True)
+            if out.stdout.strip():
+                return out.stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -101,11 +113,9 @@ def _nvml_driver_version() -> str | None:
 
 def _driver_version() -> str | None:
     """The NVIDIA driver version from ``nvidia-smi``, else from NVML; None without a GPU."""
-    if not torch.cuda.is_available():
+    if not torch.cuda.is_available() or getattr(torch.version, "hip", None):
         return None
     try:
-        import subprocess
-
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=30, check=True,
@@ -115,10 +125,10 @@ def _driver_version() -> str | None:
         return _nvml_driver_version()
 
 
-def machine_info() -> dict[str, Any]:
-    """What produced a result file: devices, versions, driver (appendix)."""
-    gpus = []
-    if torch.cuda.is_available():
+def _accelerator() -> tuple[str | None, list[dict[str, Any]]]:
+    """The accelerator kind (``cuda``, ``rocm``, ``xpu``, ``mps``) and one record per device."""
+    if torch.cuda.is_available():  # ROCm builds answer through torch.cuda too
+        gpus = []
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             gpus.append({
@@ -128,21 +138,86 @@ def machine_info() -> dict[str, Any]:
                 "memory_gib": round(p.total_memory / 2**30, 1),
                 "multiprocessors": p.multi_processor_count,
             })
+        return ("rocm" if getattr(torch.version, "hip", None) else "cuda"), gpus
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        gpus = []
+        for i in range(xpu.device_count()):
+            p = xpu.get_device_properties(i)
+            gpus.append({"index": i, "name": p.name,
+                         "memory_gib": round(p.total_memory / 2**30, 1)})
+        return "xpu", gpus
+    if torch.backends.mps.is_available():  # one Apple GPU, sharing the CPU's memory
+        return "mps", [{"index": 0, "name": f"{_cpu_name()} GPU (MPS)"}]
+    return None, []
+
+
+def precision_flags() -> dict[str, Any]:
+    """The TF32 and cuDNN settings in force, which change what a matmul or convolution measures."""
+    with warnings.catch_warnings():  # some torch versions deprecate reading the old flags
+        warnings.simplefilter("ignore")
+        flags: dict[str, Any] = {
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cudnn_enabled": bool(torch.backends.cudnn.enabled),
+            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        }
+        for name, owner in (("cuda_matmul_fp32_precision", torch.backends.cuda.matmul),
+                            ("cudnn_fp32_precision", torch.backends.cudnn)):
+            value = getattr(owner, "fp32_precision", None)  # torch >= 2.9
+            if isinstance(value, str):
+                flags[name] = value
+    return flags
+
+
+def book_root() -> Path | None:
+    """The book's checkout this package runs from, or None for an installed package."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file() and (root / "chapters").is_dir():
+        return root
+    return None
+
+
+def book_commit() -> str:
+    """The book's git commit: ``$BOOK_COMMIT``, else ``git rev-parse HEAD`` in the checkout,
+    else ``"unknown"`` (an installed package, or a copy without its ``.git``)."""
+    if os.environ.get("BOOK_COMMIT", "").strip():
+        return os.environ["BOOK_COMMIT"].strip()
+    root = book_root()
+    if root is None:
+        return "unknown"
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
+                             capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def machine_info() -> dict[str, Any]:
+    """What produced a result file: devices, versions, driver, flags, the book's commit
+    (appendix). ``gpu_count`` counts the accelerators of any kind (CUDA, ROCm, XPU, MPS)."""
+    kind, gpus = _accelerator()
     info = {
         "device_name": gpus[0]["name"] if gpus else _cpu_name(),
         "gpu_count": len(gpus),
         "gpus": gpus,
+        "accelerator": kind,
         "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
-        "driver": _driver_version(),
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "driver": _driver_version() if kind == "cuda" else None,
+        "cuda": torch.version.cuda if kind == "cuda" else None,
+        "cudnn": torch.backends.cudnn.version() if kind in ("cuda", "rocm") else None,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "book_commit": book_commit(),
+        "flags": precision_flags(),
     }
-    if getattr(torch.version, "hip", None):  # ROCm builds report HIP instead of CUDA
+    if kind == "rocm":  # ROCm builds report HIP instead of CUDA, and no NVIDIA driver
         info["hip"] = torch.version.hip
     return info
 

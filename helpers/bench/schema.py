@@ -15,15 +15,21 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCHEMA_VERSION", "SchemaError", "check", "validate", "validate_file",
+__all__ = ["READABLE_VERSIONS", "SCHEMA_VERSION", "SchemaError", "check", "validate", "validate_file",
            "validate_machine"]
 
-SCHEMA_VERSION = 1
+#: The version the runner writes. Version 1 files (before the machine record named its
+#: accelerator kind, the book's commit and the precision flags) stay readable and valid.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 #: Keys every figure carries, and the machine keys every file names.
 FIGURE_KEYS = ("workload", "chapter", "name", "value", "unit", "device", "spread", "note")
 MACHINE_KEYS = ("slug", "device_name", "gpu_count", "gpus", "cpu", "cpu_count", "driver",
                 "cuda", "torch", "python", "platform")
+#: Machine keys that version 2 added.
+MACHINE_KEYS_V2 = ("accelerator", "book_commit", "flags")
+ACCELERATORS = ("cuda", "rocm", "xpu", "mps")
 
 _SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _DEVICE = re.compile(r"^[a-z]+(:\d+)?$")
@@ -53,11 +59,12 @@ def _check_date(value: Any) -> str | None:
     return None
 
 
-def validate_machine(machine: Any) -> list[str]:
+def validate_machine(machine: Any, version: int = SCHEMA_VERSION) -> list[str]:
     """Every way ``machine`` (a result file's ``machine`` record) breaks the schema."""
     if not isinstance(machine, dict):
         return [f"machine must be an object, got {type(machine).__name__}"]
-    problems = [f"machine lacks {key!r}" for key in MACHINE_KEYS if key not in machine]
+    keys = MACHINE_KEYS + (MACHINE_KEYS_V2 if version >= 2 else ())
+    problems = [f"machine lacks {key!r}" for key in keys if key not in machine]
     if problems:
         return problems
     if not (isinstance(machine["slug"], str) and _SLUG.match(machine["slug"])):
@@ -78,11 +85,27 @@ def validate_machine(machine: Any) -> list[str]:
         for i, gpu in enumerate(gpus):
             if not (isinstance(gpu, dict) and _nonempty_str(gpu.get("name"))):
                 problems.append(f"machine.gpus[{i}] must be an object with a name")
-    if count:
-        if not (_nonempty_str(machine["cuda"]) or _nonempty_str(machine.get("hip"))):
-            problems.append("a GPU machine must name its CUDA (or ROCm) version")
+    # Version 1 knew CUDA and ROCm only; a ROCm run names HIP and has no NVIDIA driver.
+    kind = machine.get("accelerator") if version >= 2 else \
+        (None if not count else "rocm" if _nonempty_str(machine.get("hip")) else "cuda")
+    if version >= 2:
+        if kind is not None and kind not in ACCELERATORS:
+            problems.append(f"machine.accelerator must be one of {ACCELERATORS} or null, "
+                            f"got {kind!r}")
+        if (kind is None) != (count == 0):
+            problems.append("machine.accelerator must be null exactly when gpu_count is 0")
+        if not _nonempty_str(machine["book_commit"]):
+            problems.append("machine.book_commit must name the book's commit (or 'unknown')")
+        if not isinstance(machine["flags"], dict):
+            problems.append("machine.flags must be an object (the precision flags in force)")
+    if kind == "cuda":
+        if not _nonempty_str(machine["cuda"]):
+            problems.append("a CUDA machine must name its CUDA version")
         if not _nonempty_str(machine["driver"]):
-            problems.append("a GPU machine must name its driver version (machine.driver)")
+            problems.append("a CUDA machine must name its driver version (machine.driver)")
+    elif kind == "rocm" and not _nonempty_str(machine.get("hip")):
+        problems.append("a ROCm machine must name its HIP version (machine.hip)")
+    if count:
         if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict) \
                 and machine["device_name"] != gpus[0].get("name"):
             problems.append("machine.device_name must be the name of the first GPU")
@@ -128,8 +151,10 @@ def validate(doc: Any) -> list[str]:
                 if key not in doc]
     if problems:
         return problems
-    if doc["schema_version"] != SCHEMA_VERSION:
-        problems.append(f"schema_version must be {SCHEMA_VERSION}, got {doc['schema_version']!r}")
+    version = doc["schema_version"]
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        problems.append(f"schema_version must be one of {READABLE_VERSIONS}, got {version!r}")
+        version = SCHEMA_VERSION
     if (date_problem := _check_date(doc["date"])) is not None:
         problems.append(date_problem)
     if not _nonempty_str(doc["command"]):
@@ -138,7 +163,7 @@ def validate(doc: Any) -> list[str]:
         problems.append(f"quick must be true or false, got {doc['quick']!r}")
     if "duration_s" in doc and not (_is_number(doc["duration_s"]) and doc["duration_s"] >= 0):
         problems.append(f"duration_s must be a number >= 0, got {doc['duration_s']!r}")
-    problems += validate_machine(doc["machine"])
+    problems += validate_machine(doc["machine"], version)
     figures = doc["figures"]
     if not isinstance(figures, list) or not figures:
         problems.append("figures must be a non-empty list")
