@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from .timing import synchronize
 
-__all__ = ["EarlyStopping", "evaluate", "fit", "predict", "train_epoch"]
+__all__ = ["EarlyStopping", "default_non_blocking", "evaluate", "fit", "predict", "train_epoch",
+           "train_step"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -29,9 +30,61 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 def _accuracy(num_classes: int, device: torch.device) -> torchmetrics.Metric:
     # The metric keeps its running state in tensors, which must live where the predictions do.
     # average="micro" is the fraction of correct predictions; torchmetrics' default ("macro")
-    # would be the mean of the per-class recalls.
+    # would be the mean of the per-class recalls. validate_args=False: the argument checks may
+    # call torch.unique at every update (torchmetrics 1.9 does when the predictions are class
+    # indices), which waits for the GPU each step; the loss already rejects a bad label.
     return torchmetrics.classification.MulticlassAccuracy(
-        num_classes=num_classes, average="micro").to(device)
+        num_classes=num_classes, average="micro", validate_args=False).to(device)
+
+
+def default_non_blocking(device: torch.device | str) -> bool:
+    """Whether the book's loop copies batches to ``device`` with ``non_blocking=True`` (chapter 5).
+
+    True for CUDA only. There, from pinned memory the copy is queued and the call returns at
+    once; from ordinary (pageable) memory the driver first copies the batch into a staging
+    buffer of its own, so the source may be reused as soon as the call returns, but PyTorch
+    skips the stream synchronisation a blocking copy ends with. On Apple's ``mps`` a
+    non-blocking copy from pageable memory can read the source after it is freed, and on the
+    CPU there is nothing to copy, so elsewhere it is False.
+    """
+    return torch.device(device).type == "cuda"
+
+
+def _read_once(*values: torch.Tensor) -> list[float]:
+    # One device-to-host copy for all of an epoch's figures: its only wait for the device.
+    return torch.stack([v.detach().float() for v in values]).tolist()
+
+
+def train_step(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    device: torch.device,
+    *,
+    metric: torchmetrics.Metric | None = None,
+    non_blocking: bool | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One optimiser step on a batch; returns the detached loss and the logits (chapter 5).
+
+    Nothing in it waits for the device: the batch is copied with ``non_blocking`` (see
+    :func:`default_non_blocking`), the loss stays a device tensor, and ``metric`` (if given)
+    is updated on the device without its argument checks.
+    """
+    if non_blocking is None:
+        non_blocking = default_non_blocking(device)
+    x = x.to(device, non_blocking=non_blocking)
+    y = y.to(device, non_blocking=non_blocking)
+    optimizer.zero_grad(set_to_none=True)
+    logits = model(x)
+    loss = loss_fn(logits, y)
+    loss.backward()
+    optimizer.step()
+    logits = logits.detach()
+    if metric is not None:
+        metric.update(logits, y)
+    return loss.detach(), logits
 
 
 def train_epoch(
@@ -42,30 +95,30 @@ def train_epoch(
     device: torch.device,
     *,
     num_classes: int = 10,
-    non_blocking: bool = False,
+    non_blocking: bool | None = None,
     progress: bool = False,
     desc: str = "train",
 ) -> dict[str, float]:
-    """One pass over ``batches`` in training mode; returns mean loss and accuracy (chapter 5)."""
+    """One pass over ``batches`` in training mode; returns mean loss and accuracy (chapter 5).
+
+    Each step is :func:`train_step`; the loss sum and the accuracy stay on the device and are
+    read once, at the end of the epoch. ``non_blocking=None`` means
+    :func:`default_non_blocking` for ``device``.
+    """
     model.train()
     acc = _accuracy(num_classes, device)
     total_loss = torch.zeros((), device=device)
     seen = 0
     for x, y in tqdm(batches, desc=desc, leave=False, disable=not progress):
-        x = x.to(device, non_blocking=non_blocking)
-        y = y.to(device, non_blocking=non_blocking)
-        optimizer.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = loss_fn(logits, y)
-        loss.backward()
-        optimizer.step()
+        loss, _ = train_step(model, x, y, optimizer, loss_fn, device, metric=acc,
+                             non_blocking=non_blocking)
         # Accumulate on the device: calling .item() here would synchronise every step.
-        total_loss += loss.detach() * len(y)
+        total_loss += loss * len(y)
         seen += len(y)
-        acc.update(logits.detach(), y)
     if seen == 0:
         raise ValueError("the training data yielded no batches")
-    return {"loss": total_loss.item() / seen, "acc": acc.compute().item()}
+    loss_sum, accuracy = _read_once(total_loss, acc.compute())
+    return {"loss": loss_sum / seen, "acc": accuracy}
 
 
 @torch.no_grad()
@@ -76,14 +129,17 @@ def evaluate(
     device: torch.device,
     *,
     num_classes: int = 10,
-    non_blocking: bool = False,
+    non_blocking: bool | None = None,
     progress: bool = False,
     desc: str = "validate",
 ) -> dict[str, float]:
     """Mean loss and accuracy over ``batches`` in eval mode, without autograd (chapter 5).
 
-    Puts the model in eval mode and leaves it there; :func:`train_epoch` switches back.
+    Puts the model in eval mode and leaves it there; :func:`train_epoch` switches back. Like
+    the training pass, it reads from the device once, at the end.
     """
+    if non_blocking is None:
+        non_blocking = default_non_blocking(device)
     model.eval()
     acc = _accuracy(num_classes, device)
     total_loss = torch.zeros((), device=device)
@@ -97,20 +153,27 @@ def evaluate(
         acc.update(logits, y)
     if seen == 0:
         raise ValueError("the validation data yielded no batches")
-    return {"loss": total_loss.item() / seen, "acc": acc.compute().item()}
+    loss_sum, accuracy = _read_once(total_loss, acc.compute())
+    return {"loss": loss_sum / seen, "acc": accuracy}
 
 
 @torch.no_grad()
 def predict(
     model: nn.Module, batches: Iterable[Any], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Predicted classes and true labels for every batch, gathered on the CPU (chapter 5)."""
+    """Predicted classes and true labels for every batch, gathered on the CPU (chapter 5).
+
+    The predictions stay on the device until the end and come back in one copy.
+    """
     model.eval()
+    non_blocking = default_non_blocking(device)
     preds, labels = [], []
     for x, y in batches:
-        preds.append(model(x.to(device)).argmax(dim=1).cpu())
-        labels.append(y.cpu())
-    return torch.cat(preds), torch.cat(labels)
+        preds.append(model(x.to(device, non_blocking=non_blocking)).argmax(dim=1))
+        labels.append(y)
+    if not preds:
+        raise ValueError("the data yielded no batches")
+    return torch.cat(preds).cpu(), torch.cat([y.cpu() for y in labels])
 
 
 class EarlyStopping:
@@ -172,7 +235,7 @@ def fit(
     mode: str = "max",
     patience: int = 3,
     scheduler: Any | None = None,
-    non_blocking: bool = False,
+    non_blocking: bool | None = None,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Train with validation, early stopping and best-weights restore; return the history
@@ -181,7 +244,8 @@ def fit(
     Columns: ``epoch``, ``train_loss``, ``train_acc``, ``val_loss``, ``val_acc``, ``lr``,
     ``seconds`` (wall time of the epoch, device synchronised) and ``best`` (the epoch whose
     weights the model holds afterwards). A ``ReduceLROnPlateau`` scheduler is stepped on the
-    validation loss, any other scheduler once per epoch (chapter 6).
+    validation loss, any other scheduler once per epoch (chapter 6). ``non_blocking=None``
+    copies batches with :func:`default_non_blocking` for ``device``.
     """
     device = torch.device(device)
     if epochs < 1:

@@ -146,3 +146,168 @@ def test_accuracy_is_the_fraction_correct():
     x, y = torch.zeros(10, 1), torch.tensor([0] * 9 + [1])
     out = evaluate(Fixed(), [(x, y)], nn.CrossEntropyLoss(), torch.device("cpu"), num_classes=2)
     assert out["acc"] == pytest.approx(0.9)
+
+
+# --- what the training step waits for -------------------------------------------------------
+
+# The tensor methods that copy a value to the host, so on a GPU they wait for it to finish.
+HOST_READS = {torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.numpy,
+              torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.__int__,
+              torch.unique, torch.Tensor.unique, torch.Tensor.nonzero, torch.nonzero}
+
+
+class CountHostReads(torch.overrides.TorchFunctionMode):
+    """Counts every call, made anywhere below it (torchmetrics included), of a HOST_READS function."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in HOST_READS:
+            self.calls.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def host_reads_in_one_epoch(n_batches: int) -> list[str]:
+    x, y = blobs(20 * n_batches)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = list(zip(x.split(20), y.split(20), strict=True))
+    with CountHostReads() as mode:
+        train_epoch(model, batches, opt, nn.CrossEntropyLoss(), torch.device("cpu"), num_classes=3)
+        evaluate(model, batches, nn.CrossEntropyLoss(), torch.device("cpu"), num_classes=3)
+    return mode.calls
+
+
+def test_the_counter_sees_what_torchmetrics_argument_checks_do():
+    # With its argument checks on, the metric calls torch.unique at every update given class
+    # indices: the counter must see that, or the next test would prove nothing.
+    import torchmetrics
+
+    metric = torchmetrics.classification.MulticlassAccuracy(num_classes=3, average="micro")
+    _, y = blobs(40)
+    with CountHostReads() as mode:
+        for yb in y.split(10):
+            metric.update(torch.randint(0, 3, yb.shape), yb)
+            float(yb.sum())
+    assert mode.calls.count("unique") >= 4 and mode.calls.count("__float__") == 4
+
+
+def test_an_epoch_reads_from_the_device_once_whatever_its_length():
+    short, long = host_reads_in_one_epoch(2), host_reads_in_one_epoch(8)
+    assert short == long, f"host reads grow with the number of steps: {short} vs {long}"
+    assert short == ["tolist", "tolist"], short  # one read for training, one for validation
+
+
+def test_the_loop_turns_metric_argument_checks_off():
+    from helpers.training import _accuracy
+
+    assert _accuracy(10, torch.device("cpu")).validate_args is False
+
+
+def test_batches_are_copied_non_blocking_to_cuda_only():
+    from helpers.training import default_non_blocking
+
+    assert default_non_blocking("cuda") and default_non_blocking(torch.device("cuda", 1))
+    for device in ("cpu", "mps", "meta", "xpu"):
+        assert not default_non_blocking(device)
+
+
+class RecordCopies(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.non_blocking: list[bool] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to:
+            self.non_blocking.append(kwargs.get("non_blocking", False))
+        return func(*args, **kwargs)
+
+
+def test_train_step_passes_non_blocking_through():
+    from helpers.training import train_step
+
+    x, y = blobs(20)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for asked in (True, False):
+        with RecordCopies() as mode:
+            train_step(model, x, y, opt, nn.CrossEntropyLoss(), torch.device("cpu"),
+                       non_blocking=asked)
+        assert mode.non_blocking[:2] == [asked, asked]
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+def test_a_training_step_never_waits_for_the_gpu():
+    from helpers.models import MnistCNN
+    from helpers.training import _accuracy, train_step
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.manual_seed(0)
+    model = MnistCNN().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    metric = _accuracy(10, device)
+    pageable = [(torch.rand(64, 1, 28, 28), torch.randint(0, 10, (64,))) for _ in range(3)]
+    pinned = [(x.pin_memory(), y.pin_memory()) for x, y in pageable]
+    loss_fn = nn.CrossEntropyLoss()
+    # Warm-up, outside the check: the first step initialises cuDNN and the optimiser state.
+    train_step(model, *pageable[0], opt, loss_fn, device, metric=metric)
+    torch.cuda.synchronize(device)
+    losses = []
+    torch.cuda.set_sync_debug_mode("error")  # any synchronising call below raises
+    try:
+        for x, y in pageable + pinned:
+            loss, _ = train_step(model, x, y, opt, loss_fn, device, metric=metric)
+            losses.append(loss)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isfinite(torch.stack(losses)).all()
+    assert 0.0 <= metric.compute().item() <= 1.0
+
+
+@cuda
+def test_the_check_catches_a_blocking_copy_and_item():
+    # The debug mode must catch what the step avoids, or the test above proves nothing.
+    device = torch.device("cuda", torch.cuda.current_device())
+    x = torch.rand(64, 1, 28, 28)
+    torch.zeros(1, device=device)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError, match="synchronizing"):
+            x.to(device)
+        on_gpu = x.to(device, non_blocking=True)
+        with pytest.raises(RuntimeError, match="synchronizing"):
+            on_gpu.sum().item()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@cuda
+def test_an_epoch_synchronises_a_fixed_number_of_times():
+    import warnings
+
+    from helpers.models import MnistCNN
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    torch.manual_seed(0)
+    model = MnistCNN().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = [(torch.rand(64, 1, 28, 28), torch.randint(0, 10, (64,))) for _ in range(6)]
+    train_epoch(model, data[:1], opt, nn.CrossEntropyLoss(), device)  # warm-up
+    counts = []
+    for n in (2, 6):
+        torch.cuda.synchronize(device)
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                train_epoch(model, data[:n], opt, nn.CrossEntropyLoss(), device)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        counts.append(sum("synchronizing" in str(w.message) for w in caught))
+    assert counts[0] == counts[1] >= 1, counts
