@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,9 @@ __all__ = [
     "PEAK_TFLOPS",
     "PeakFigures",
     "Timing",
+    "NOISY_SPREAD",
     "benchmark",
+    "device_clock",
     "matmul_flops",
     "peak_tflops",
     "share_of_peak",
@@ -30,7 +33,10 @@ __all__ = [
 
 
 def synchronize(device: torch.device | str | None = None) -> None:
-    """Wait until all work queued on ``device`` has finished (no-op on the CPU) (chapter 3)."""
+    """Wait until all work queued on ``device`` has finished (no-op on the CPU) (chapter 3).
+
+    ``None`` means the current CUDA GPU where there is one; pass the device the work runs on.
+    """
     dev = torch.device(device) if device is not None else None
     kind = dev.type if dev is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda" and torch.cuda.is_available():
@@ -39,6 +45,28 @@ def synchronize(device: torch.device | str | None = None) -> None:
         torch.mps.synchronize()
     elif kind == "xpu" and hasattr(torch, "xpu") and torch.xpu.is_available():
         torch.xpu.synchronize(dev)
+
+
+def device_clock(device: torch.device | str) -> Callable[[], float]:
+    """A clock for :class:`torch.utils.benchmark.Timer` that waits for ``device`` first (chapter 3).
+
+    The Timer's own clock synchronises only the *current* accelerator, so work on ``cuda:1``
+    (or a CPU measurement on a machine with a GPU) needs a clock that names its device.
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        return timeit.default_timer
+
+    def clock() -> float:
+        synchronize(device)
+        return timeit.default_timer()
+
+    return clock
+
+
+#: A spread (interquartile range) above this share of the median marks a timing as noisy; it is
+#: the threshold at which torch.utils.benchmark's Measurement adds its own variance warning.
+NOISY_SPREAD = 0.1
 
 
 @dataclass(frozen=True)
@@ -58,11 +86,23 @@ class Timing:
         """How many timed measurements the median is taken over."""
         return len(self.times)
 
+    @property
+    def relative_iqr(self) -> float:
+        """The interquartile range as a share of the median."""
+        return self.iqr / self.median if self.median > 0 else math.inf
+
+    @property
+    def noisy(self) -> bool:
+        """True when the spread exceeds :data:`NOISY_SPREAD` of the median: treat as rough."""
+        return self.relative_iqr > NOISY_SPREAD
+
     def __str__(self) -> str:
-        return (
-            f"{self.label} on {self.device}: median {_fmt(self.median)}, "
-            f"IQR {_fmt(self.iqr)} over {self.runs} measurements"
-        )
+        text = (f"{self.label} on {self.device}: median {_fmt(self.median)}, "
+                f"IQR {_fmt(self.iqr)} ({self.relative_iqr:.0%} of the median) "
+                f"over {self.runs} measurements")
+        if self.noisy:
+            text += "; noisy, so treat it as rough (the machine was busy)"
+        return text
 
     def as_dict(self) -> dict[str, Any]:
         """Plain figures for a table or a result file."""
@@ -73,6 +113,7 @@ class Timing:
             "iqr_s": self.iqr,
             "mean_s": self.mean,
             "runs": self.runs,
+            "noisy": self.noisy,
         }
 
 
@@ -91,6 +132,7 @@ def benchmark(
     label: str | None = None,
     warmup: int = 3,
     min_run_time: float = 1.0,
+    min_runs: int = 5,
     num_threads: int | None = None,
     **kwargs: Any,
 ) -> Timing:
@@ -98,42 +140,44 @@ def benchmark(
 
     Warms up first (so one-off costs such as CUDA initialisation and cuBLAS heuristics are
     not counted), then lets :class:`torch.utils.benchmark.Timer` repeat the call until
-    ``min_run_time`` seconds have been spent, synchronising the device around every
-    measurement. Returns the median and interquartile range per call.
+    ``min_run_time`` seconds have been spent and at least ``min_runs`` measurements exist,
+    synchronising ``device`` (not merely the current GPU) before every clock reading.
+    Returns the median and interquartile range per call; :attr:`Timing.noisy` says when the
+    spread is too large to trust the median closely.
     """
     device = torch.device(device)
-    if warmup < 0 or min_run_time <= 0:
-        raise ValueError("warmup must be >= 0 and min_run_time > 0")
+    if warmup < 0 or min_run_time <= 0 or min_runs < 1:
+        raise ValueError("warmup must be >= 0, min_run_time > 0 and min_runs >= 1")
+    if device.type == "meta":
+        raise ValueError("the meta device computes nothing, so there is nothing to time; "
+                         "pass the device the work runs on")
     for _ in range(warmup):
         fn(*args, **kwargs)
     synchronize(device)
 
-    if device.type in ("mps", "xpu"):
-        # torch.utils.benchmark synchronises CUDA only; wrap the call for other accelerators.
-        def call() -> None:
-            fn(*args, **kwargs)
-            synchronize(device)
-    else:
+    def call() -> None:
+        fn(*args, **kwargs)
 
-        def call() -> None:
-            fn(*args, **kwargs)
-
+    name = label or getattr(fn, "__name__", "call")
     timer = tbench.Timer(
         stmt="call()",
         globals={"call": call},
-        label=label or getattr(fn, "__name__", "call"),
+        label=name,
         num_threads=num_threads or torch.get_num_threads(),
+        timer=device_clock(device),
     )
     measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    times = tuple(float(t) for t in measurement.times)
+    times = [float(t) for t in measurement.times]
+    while len(times) < min_runs:  # a slow call fits only a few runs into min_run_time
+        times += [float(t) for t in timer.timeit(measurement.number_per_run).times]
     q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
     return Timing(
-        label=label or getattr(fn, "__name__", "call"),
+        label=name,
         device=str(device),
         median=float(statistics.median(times)),
         iqr=float(q[2] - q[0]),
         mean=float(statistics.fmean(times)),
-        times=times,
+        times=tuple(times),
         number_per_run=int(measurement.number_per_run),
     )
 
@@ -154,7 +198,10 @@ def tflops(flops: float, seconds: float) -> float:
 
 @dataclass(frozen=True)
 class PeakFigures:
-    """Vendor-quoted dense peak throughput of one GPU model, in TFLOP/s (chapter 3)."""
+    """Vendor-quoted dense peak throughput of one GPU model, in TFLOP/s (chapter 3).
+
+    ``name`` is the GPU's name as ``torch.cuda.get_device_name()`` prints it.
+    """
 
     name: str
     fp32: float
@@ -170,60 +217,71 @@ class PeakFigures:
         return getattr(self, dtype)
 
 
-# Dense (no structured sparsity) tensor-core figures; datasheets often print the sparse figure,
-# which is twice as large. Matched against torch.cuda.get_device_name() by the first key found
-# in the name, so more specific keys come first.
-PEAK_TFLOPS: dict[str, PeakFigures] = {
-    "H200": PeakFigures(
-        "NVIDIA H200 SXM", 67.0, 494.7, 989.4, 989.4,
-        "https://www.nvidia.com/en-us/data-center/h200/ (sparse figures halved)",
-    ),
-    "H100 PCIe": PeakFigures(
-        "NVIDIA H100 PCIe", 51.0, 378.0, 756.0, 756.0,
-        "https://www.nvidia.com/en-us/data-center/h100/ (sparse figures halved)",
-    ),
-    "H100": PeakFigures(
-        "NVIDIA H100 SXM", 67.0, 494.7, 989.4, 989.4,
-        "https://www.nvidia.com/en-us/data-center/h100/ (sparse figures halved)",
-    ),
-    "A100": PeakFigures(
-        "NVIDIA A100", 19.5, 156.0, 312.0, 312.0,
-        "https://www.nvidia.com/en-us/data-center/a100/",
-    ),
-    "L40S": PeakFigures(
-        "NVIDIA L40S", 91.6, 183.0, 362.0, 362.0,
-        "https://www.nvidia.com/en-us/data-center/l40s/ (sparse figures halved)",
-    ),
-    "L4": PeakFigures(
-        "NVIDIA L4", 30.3, 60.0, 121.0, 121.0,
-        "https://www.nvidia.com/en-us/data-center/l4/ (sparse figures halved)",
-    ),
-    "A10": PeakFigures(
-        "NVIDIA A10", 31.2, 62.5, 125.0, 125.0,
-        "https://www.nvidia.com/en-us/data-center/products/a10-gpu/",
-    ),
-    "V100": PeakFigures(
-        "NVIDIA V100 SXM2", 15.7, None, None, 125.0,
-        "https://www.nvidia.com/en-us/data-center/v100/",
-    ),
-    "T4": PeakFigures(
-        "NVIDIA T4", 8.1, None, None, 65.0,
-        "https://www.nvidia.com/en-us/data-center/tesla-t4/",
-    ),
-    "RTX 4090": PeakFigures(
-        "NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2,
-        "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf",
-    ),
-}
+_H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet"
+_H100_WP = "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper"
+_H200 = "https://www.nvidia.com/en-us/data-center/h200/"
+_A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+_ADA = "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
+
+
+def _peaks(*figures: PeakFigures) -> dict[str, PeakFigures]:
+    return {f.name: f for f in figures}
+
+
+# Dense (no structured sparsity) figures. Datasheets mark their tensor-core figures "with
+# sparsity" (an asterisk), twice the dense rate; those are halved here and the source says so.
+# The keys are the names exactly as torch.cuda.get_device_name() prints them: one GPU family
+# ships under several names with different peaks (an H100 NVL is not an H100 SXM, an L40 is not
+# an L4), so matching parts of names would hand a GPU another one's figures. A GPU whose maker
+# publishes no datasheet (the A10G, built for AWS) is deliberately absent. The V100 is absent
+# too: the CUDA 13 wheels of PyTorch start at compute capability 7.5, which it is below.
+PEAK_TFLOPS: dict[str, PeakFigures] = _peaks(
+    # Turing (7.5) has no TF32 and no bf16; 65 is the fp16 tensor-core rate, fp32 accumulate.
+    PeakFigures("Tesla T4", 8.1, None, None, 65.0,
+                "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/"
+                "t4-tensor-core-datasheet-951643.pdf"),
+    PeakFigures("NVIDIA A10", 31.2, 62.5, 125.0, 125.0,
+                "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a10/pdf/"
+                "a10-datasheet.pdf (sparse figures halved)"),
+    # The A100 datasheet quotes one set of peaks for the 40 GB and 80 GB, SXM and PCIe boards.
+    *(PeakFigures(name, 19.5, 156.0, 312.0, 312.0, f"{_A100} (sparse figures halved)")
+      for name in ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100-PCIE-40GB",
+                   "NVIDIA A100 80GB PCIe")),
+    PeakFigures("NVIDIA L4", 30.3, 60.0, 121.0, 121.0,
+                "https://www.nvidia.com/en-us/data-center/l4/ (sparse figures halved)"),
+    PeakFigures("NVIDIA L40", 90.5, 90.5, 181.0, 181.0,
+                "https://www.nvidia.com/en-us/data-center/l40/ (sparse figures halved)"),
+    PeakFigures("NVIDIA L40S", 91.6, 183.0, 362.0, 362.0,
+                "https://www.nvidia.com/en-us/data-center/l40s/ (sparse figures halved)"),
+    # The GeForce rates with fp32 accumulation, the kind PyTorch's matmuls use.
+    PeakFigures("NVIDIA GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2,
+                f"{_ADA} (appendix A, dense figures)"),
+    # The Hopper whitepaper prints dense figures for the SXM5 and PCIe boards.
+    PeakFigures("NVIDIA H100 80GB HBM3", 67.0, 494.7, 989.4, 989.4,
+                f"{_H100_WP} (H100 SXM5, dense figures)"),
+    PeakFigures("NVIDIA H100 PCIe", 51.2, 378.0, 756.0, 756.0,
+                f"{_H100_WP} (H100 PCIe, dense figures)"),
+    PeakFigures("NVIDIA H100 NVL", 60.0, 417.5, 835.5, 835.5,
+                f"{_H100} (H100 NVL, sparse figures halved)"),
+    PeakFigures("NVIDIA H200", 67.0, 494.5, 989.5, 989.5,
+                f"{_H200} (H200 SXM, sparse figures halved)"),
+    PeakFigures("NVIDIA H200 NVL", 60.0, 417.5, 835.5, 835.5,
+                f"{_H200} (H200 NVL, sparse figures halved)"),
+)
 
 
 def peak_tflops(device_name: str, dtype: str = "fp32") -> float | None:
-    """Dense peak TFLOP/s for a GPU name such as ``'NVIDIA H100 80GB HBM3'`` (chapter 3).
+    """Dense peak TFLOP/s for a GPU named as ``torch.cuda.get_device_name()`` prints it, such
+    as ``'NVIDIA H100 80GB HBM3'`` (chapter 3).
 
-    Returns ``None`` when the GPU is not in :data:`PEAK_TFLOPS` or has no such number format.
+    Returns ``None`` when the GPU is not in :data:`PEAK_TFLOPS` (names must match exactly, up
+    to case and surrounding spaces) or has no such number format.
     """
-    for key, figures in PEAK_TFLOPS.items():
-        if key.lower() in device_name.lower():
+    if dtype not in ("fp32", "tf32", "bf16", "fp16"):
+        raise ValueError(f"unknown dtype key {dtype!r}; use fp32, tf32, bf16 or fp16")
+    wanted = device_name.strip().casefold()
+    for name, figures in PEAK_TFLOPS.items():
+        if name.casefold() == wanted:
             return figures.for_dtype(dtype)
     return None
 

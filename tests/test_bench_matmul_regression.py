@@ -102,3 +102,30 @@ def test_fit_regression_logging_every_step_gives_the_same_losses() -> None:
     assert quiet.losses.shape == logged.losses.shape == (20,)
     torch.testing.assert_close(quiet.losses, logged.losses)
     assert logged.log_every_step and not quiet.log_every_step
+
+
+def test_time_matmul_with_a_fresh_output_too() -> None:
+    timing, tf = bench_matmul.time_matmul(64, 32, 16, "cpu", preallocate=False, warmup=1,
+                                          min_run_time=0.01, min_runs=2)
+    assert timing.runs >= 2 and tf > 0
+    assert bench_matmul.supported_modes("meta") == ["fp32"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_supported_modes_ask_about_the_named_gpu() -> None:
+    for index in range(torch.cuda.device_count()):
+        device = torch.device("cuda", index)
+        ampere = torch.cuda.get_device_capability(device) >= (8, 0)
+        modes = bench_matmul.supported_modes(device)
+        assert ("tf32" in modes) == ampere, (device, modes)
+        assert ("bf16" in modes) == (ampere or bool(torch.version.hip)), (device, modes)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("workload", [bench_matmul.run, bench_regression.run])
+def test_quick_workloads_on_the_last_gpu(workload) -> None:
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    figures = _by_name(workload(device, quick=True))
+    gpu = [f for f in figures.values() if f.device != "cpu"]
+    assert gpu and all(f.device == str(device) for f in gpu)
+    assert all(math.isfinite(f.value) for f in figures.values())

@@ -1,6 +1,7 @@
 """The ``matmul`` workload: matrix-multiply throughput on the CPU and the accelerator (chapter 3).
 
-Chapter 3 (Matrix multiply, CPU vs GPU) times the source material's product,
+Chapter 3 (Matrix multiply, CPU vs GPU) times the product of the tutorials it names (Wang
+Zhefeng's *PyTorch 训练模型 GPU* and lyhue1991's *6-3, 使用GPU训练模型*),
 ``(10000, 200) @ (200, 10000)``, first naively and then correctly, and sweeps square sizes in
 fp32, TF32 and bf16. This module measures the same things for the book's benchmark command and
 holds the small pieces the chapter reuses once it has shown them in raw PyTorch:
@@ -8,8 +9,8 @@ holds the small pieces the chapter reuses once it has shown them in raw PyTorch:
 - :func:`fp32_precision`: allow or forbid TF32 for float32 matmuls, restoring the old setting;
 - :func:`num_threads`: run a block with a given number of CPU threads, restoring the old one;
 - :func:`supported_modes`: which of ``fp32``, ``tf32``, ``bf16`` a device runs natively;
-- :func:`time_matmul`: an honest timing of one product (optionally with the host-to-device
-  copy of its inputs included) and its TFLOP/s.
+- :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
+  with the host-to-device copy of its inputs included) and its TFLOP/s.
 
 Figures (``quick=False``; ``quick=True`` uses small sizes and says so in each note):
 
@@ -36,7 +37,7 @@ from helpers.timing import Timing, benchmark, matmul_flops, share_of_peak, synch
 __all__ = ["MODES", "SEED_SHAPE", "fp32_precision", "num_threads", "run", "supported_modes",
            "time_matmul"]
 
-#: The source material's product: (m, k) @ (k, n).
+#: The tutorials' product: (m, k) @ (k, n).
 SEED_SHAPE = (10_000, 200, 10_000)
 
 #: Number formats the sweep knows: the name used in figures -> (dtype, fp32 matmul precision).
@@ -85,7 +86,7 @@ def supported_modes(device: torch.device | str) -> list[str]:
     The CPU: ``fp32`` (TF32 is a GPU tensor-core format, and bf16 matmuls are only fast on
     CPUs with bf16 units). A CUDA GPU: ``fp32``; ``tf32`` from compute capability 8.0
     (Ampere); ``bf16`` where the GPU has bf16 hardware rather than emulation. Other
-    accelerators: ``fp32``.
+    accelerators: ``fp32``. Every question is asked about ``device`` itself, not the current GPU.
     """
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
@@ -93,19 +94,25 @@ def supported_modes(device: torch.device | str) -> list[str]:
     modes = ["fp32"]
     if torch.cuda.get_device_capability(device) >= (8, 0):
         modes.append("tf32")
-    if torch.cuda.is_bf16_supported(including_emulation=False):
-        modes.append("bf16")
+    # is_bf16_supported() takes no device: it asks the current one, so make `device` current.
+    with torch.cuda.device(device):
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            modes.append("bf16")
     return modes
 
 
 def time_matmul(m: int, k: int, n: int, device: torch.device | str, mode: str = "fp32", *,
-                include_copy: bool = False, warmup: int = 2,
-                min_run_time: float = 0.5) -> tuple[Timing, float]:
+                include_copy: bool = False, preallocate: bool = True, warmup: int = 2,
+                min_run_time: float = 0.5, min_runs: int = 5) -> tuple[Timing, float]:
     """Time ``(m, k) @ (k, n)`` on ``device`` in ``mode``; return the timing and its TFLOP/s.
 
-    With ``include_copy`` the inputs start on the CPU and every timed call first copies both to
-    ``device`` (the product stays there), which is what a computation whose data lives on the
-    host really pays (chapter 3).
+    With ``preallocate`` (the default) every call writes into one output made beforehand
+    (``torch.matmul(a, b, out=c)``), so the CPU and a GPU are compared like with like: a fresh
+    CPU output of many megabytes costs the operating system a page fault per page on every
+    call, while a GPU's caching allocator hands back the same block. With ``include_copy`` the
+    inputs start on the CPU and every timed call first copies both to ``device`` (the product
+    stays there), which is what a computation whose data lives on the host really pays
+    (chapter 3).
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {sorted(MODES)}")
@@ -114,17 +121,18 @@ def time_matmul(m: int, k: int, n: int, device: torch.device | str, mode: str = 
     home = torch.device("cpu") if include_copy else device
     a = torch.randn(m, k, device=home, dtype=dtype)
     b = torch.randn(k, n, device=home, dtype=dtype)
+    out = torch.empty(m, n, device=device, dtype=dtype) if preallocate else None
 
     if include_copy:
         def product() -> torch.Tensor:
-            return a.to(device) @ b.to(device)
+            return torch.matmul(a.to(device), b.to(device), out=out)
     else:
         def product() -> torch.Tensor:
-            return a @ b
+            return torch.matmul(a, b, out=out)
 
     with fp32_precision(precision):
         timing = benchmark(product, device=device, label=f"{mode} {m}x{k} @ {k}x{n}",
-                           warmup=warmup, min_run_time=min_run_time)
+                           warmup=warmup, min_run_time=min_run_time, min_runs=min_runs)
     return timing, tflops(matmul_flops(m, k, n), timing.median)
 
 
@@ -154,7 +162,8 @@ def _cpu_figures(quick: bool) -> list[Figure]:
     threads = torch.get_num_threads()
     out = [
         Figure("cpu_seed_product_seconds", timing.median, "s", "cpu", timing.iqr,
-               f"{tag}fp32 ({m}, {k}) @ ({k}, {n}), {threads} threads, median"),
+               f"{tag}fp32 ({m}, {k}) @ ({k}, {n}) into a preallocated output, "
+               f"{threads} threads, median"),
         Figure("cpu_seed_product_gflops", tf * 1e3, "GFLOP/s", "cpu",
                _relative_spread(timing, tf * 1e3), f"{tag}fp32 ({m}, {k}) @ ({k}, {n})"),
     ]
@@ -185,7 +194,7 @@ def _gpu_figures(device: torch.device, quick: bool, cpu_seed_seconds: float) -> 
     shape = f"fp32 ({m}, {k}) @ ({k}, {n})"
     out += [
         Figure("seed_product_seconds", timing.median, "s", str(device), timing.iqr,
-               f"{tag}{shape}, synchronised, median"),
+               f"{tag}{shape} into a preallocated output, synchronised, median"),
         Figure("seed_product_naive_seconds", naive, "s", str(device), None,
                f"{tag}{shape}, time.perf_counter() around the call, no synchronisation"),
         Figure("seed_product_naive_factor", timing.median / naive, "x", str(device), None,
@@ -205,7 +214,8 @@ def _gpu_figures(device: torch.device, quick: bool, cpu_seed_seconds: float) -> 
             out.append(Figure(f"{mode}_tflops_n{size}", tf, "TFLOP/s", str(device),
                               _relative_spread(timing, tf), f"{tag}square n={size}, {mode}"))
             if device.type == "cuda":
-                torch.cuda.empty_cache()  # the next size needs different blocks
+                with torch.cuda.device(device):
+                    torch.cuda.empty_cache()  # the next size needs different blocks
         largest = sizes[-1]
         share = share_of_peak(achieved[largest], name, mode)
         if share is not None:
@@ -218,7 +228,7 @@ def _gpu_figures(device: torch.device, quick: bool, cpu_seed_seconds: float) -> 
 
 @workload("matmul", chapter=3)
 def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
-    """Matrix-multiply throughput: the seeds' product and a square-size sweep in fp32/TF32/bf16.
+    """Matrix-multiply throughput: the tutorials' product and a square-size sweep in fp32/TF32/bf16.
 
     The CPU's GFLOP/s (one thread and all threads) are always measured; the accelerator's
     figures are added when ``device`` is not the CPU.
