@@ -186,3 +186,11 @@ def test_describe_devices_creates_no_context_on_other_gpus(monkeypatch):
     for quiet in (None, torch.device("cpu")):
         assert "Fake GPU, compute capability 9.0, 132 SMs" in describe_devices(quiet)
         assert touched == [], f"describe_devices({quiet}) touched a GPU's memory"
+
+
+def test_cuda_without_an_index_is_the_current_gpu(monkeypatch):
+    _two_fake_gpus(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert resolve_device("cuda") == torch.device("cuda:1")
+    assert resolve_device("cuda:0") == torch.device("cuda:0")
+    assert available_devices() == ["cuda:0", "cuda:1", "cpu"]
