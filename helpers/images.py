@@ -13,17 +13,23 @@ image files to decode without downloading anything else.
 from __future__ import annotations
 
 import csv
+import io
+import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import Dataset
 
-__all__ = ["CSV_HEADER", "CsvImageDataset", "ImageRowError", "write_mnist_pngs"]
+__all__ = ["CSV_HEADER", "MODES", "CsvImageDataset", "ImageRowError", "write_mnist_pngs"]
 
 #: The header line every CSV file read by :class:`CsvImageDataset` starts with.
 CSV_HEADER = ("path", "label")
+#: Image modes the dataset converts to (PIL's names): greyscale, colour, colour with alpha.
+MODES = ("L", "RGB", "RGBA", "LA", "F", "I")
+# PIL's modes for images of more than 8 bits per channel, which convert("L") would clip.
+_HIGH_DEPTH = {"I;16": 65535, "I;16B": 65535, "I;16L": 65535, "I;16N": 65535}
 
 
 class ImageRowError(ValueError):
@@ -72,16 +78,52 @@ def write_mnist_pngs(
     return csv_path
 
 
+def _line_of(data: bytes, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _read_csv_text(csv_file: Path) -> str:
+    """The CSV file's text, with Excel's byte-order mark removed; a file that is not UTF-8 or
+    holds a NUL byte is reported with its name and line."""
+    data = csv_file.read_bytes()
+    nul = data.find(b"\x00")
+    if nul != -1:
+        raise ImageRowError(
+            f"{csv_file}, line {_line_of(data, nul)}: the file contains a NUL byte, so it is not "
+            "a text CSV file (a UTF-16 export, or a binary file?). Save it as 'CSV UTF-8'.")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ImageRowError(
+            f"{csv_file}, line {_line_of(data, exc.start)}: the file is not UTF-8 (byte "
+            f"{data[exc.start:exc.start + 1]!r} cannot be decoded; a Latin-1 or Windows-1252 "
+            "export?). Save it as 'CSV UTF-8'.") from None
+
+
+def _to_8_bit(image: Any, maximum: int) -> Any:
+    """A 16-bit greyscale image scaled to 8 bits (0..65535 onto 0..255), instead of PIL's
+    convert("L"), which clips every value above 255 to white."""
+    import numpy as np
+    from PIL import Image
+
+    pixels = np.asarray(image, dtype=np.float64)
+    return Image.fromarray(np.rint(pixels * (255 / maximum)).astype(np.uint8), mode="L")
+
+
 class CsvImageDataset(Dataset):
     """Images listed in a CSV file of ``path,label`` rows, decoded on access (chapter 6).
 
-    ``path`` is relative to ``root`` (by default the CSV file's folder); ``label`` is a
-    non-negative integer below ``num_classes`` when that is given. Every row is checked when
-    the dataset is made, so a malformed row fails at once with :class:`ImageRowError` naming
-    its line; a file that is missing or cannot be decoded fails when it is read, with the
-    same kind of message. Images are opened with PIL, converted to ``mode`` ("L" for
-    greyscale) and passed through ``transform`` (by default ``ToTensor()``: a float tensor
-    ``[C, H, W]`` in [0, 1]).
+    ``path`` is relative to ``root`` (by default the CSV file's folder) and must stay inside
+    it; ``label`` is a non-negative integer below ``num_classes`` when that is given. Every
+    row is checked when the dataset is made, so a malformed row fails at once with
+    :class:`ImageRowError` naming its line; a file that is missing, cannot be decoded or has
+    the wrong size fails when it is read, with the same kind of message. Images are opened with
+    PIL, converted to ``mode`` (one of :data:`MODES`; "L" for greyscale; 16-bit greyscale files
+    are scaled down to 8 bits, not clipped) and passed through ``transform`` (by default
+    ``ToTensor()``: a float tensor ``[C, H, W]`` in [0, 1]). ``size`` is the ``(width,
+    height)`` every image must have; by default the size of the first listed image, and
+    ``None`` accepts any size (for a transform that resizes). The CSV file is UTF-8, with or
+    without the byte-order mark Excel writes.
     """
 
     def __init__(
@@ -92,15 +134,24 @@ class CsvImageDataset(Dataset):
         transform: Callable[[Any], Any] | None = None,
         mode: str = "L",
         num_classes: int | None = None,
+        size: tuple[int, int] | Literal["first"] | None = "first",
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode {mode!r} is not one the dataset converts images to: use one of "
+                             f"{', '.join(map(repr, MODES))} ('L' for greyscale, 'RGB' for colour)")
+        if size is not None and size != "first" and (
+                len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size)):
+            raise ValueError(f"size must be (width, height) in pixels, 'first' or None, got {size!r}")
         self.csv_file = Path(csv_file)
         self.root = Path(root) if root is not None else self.csv_file.parent
         self.transform = transform
         self.mode = mode
+        self.size = size
         self.samples: list[tuple[str, int]] = []
         self.lines: list[int] = []
-        with self.csv_file.open(newline="") as fh:
-            reader = csv.reader(fh)
+        self._root_resolved = self.root.resolve()
+        reader = csv.reader(io.StringIO(_read_csv_text(self.csv_file), newline=""))
+        try:
             header = next(reader, None)
             if header is None or tuple(h.strip() for h in header) != CSV_HEADER:
                 raise ImageRowError(
@@ -112,6 +163,8 @@ class CsvImageDataset(Dataset):
                     continue  # blank lines are allowed, e.g. at the end of the file
                 self.samples.append(self._parse(row, line, num_classes))
                 self.lines.append(line)
+        except csv.Error as exc:
+            raise ImageRowError(f"{self.csv_file}, line {reader.line_num}: {exc}") from None
         if not self.samples:
             raise ImageRowError(f"{self.csv_file} lists no images")
 
@@ -122,6 +175,15 @@ class CsvImageDataset(Dataset):
         path, label_text = row[0].strip(), row[1].strip()
         if not path:
             raise ImageRowError(f"{where}: the path is empty: {row!r}")
+        # Decided before any image is opened, with one message whether or not such a file
+        # exists, so the CSV cannot be used to probe the disk outside the dataset's folder.
+        # realpath also catches a symbolic link inside the folder that points out of it.
+        inside = os.path.realpath(self._root_resolved / path)
+        if (Path(path).is_absolute()
+                or os.path.commonpath([inside, self._root_resolved]) != str(self._root_resolved)):
+            raise ImageRowError(
+                f"{where}: the path {path!r} leaves the dataset's folder {self.root}; paths must "
+                "be relative to it, with no '..' that climbs out of it")
         try:
             label = int(label_text)
         except ValueError:
@@ -135,26 +197,46 @@ class CsvImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
+    def _open(self, index: int) -> Any:
         from PIL import Image, UnidentifiedImageError
 
-        path, label = self.samples[index]
-        full = self.root / path
+        full = self.root / self.samples[index][0]
         where = f"{self.csv_file}, line {self.lines[index]}"
         try:
             with Image.open(full) as img:
-                image = img.convert(self.mode)
+                if img.mode in _HIGH_DEPTH and self.mode in ("L", "RGB", "RGBA", "LA"):
+                    return _to_8_bit(img, _HIGH_DEPTH[img.mode]).convert(self.mode)
+                return img.convert(self.mode)
         except FileNotFoundError:
             raise ImageRowError(f"{where}: the image file {full} does not exist") from None
-        except (UnidentifiedImageError, OSError) as exc:
+        except (UnidentifiedImageError, OSError, ValueError) as exc:
             raise ImageRowError(f"{where}: cannot decode {full}: {exc}") from None
+
+    def _expected_size(self) -> tuple[int, int] | None:
+        if self.size != "first":
+            return self.size
+        if not hasattr(self, "_first_size"):
+            self._first_size = self._open(0).size
+        return self._first_size
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        image = self._open(index)
+        expected = self._expected_size()
+        if expected is not None and image.size != tuple(expected):
+            where = f"{self.csv_file}, line {self.lines[index]}"
+            origin = (f"the size of the first image, line {self.lines[0]}" if self.size == "first"
+                      else "the size the dataset was given")
+            raise ImageRowError(
+                f"{where}: {self.root / self.samples[index][0]} is {image.size[0]}x{image.size[1]} "
+                f"pixels, but the dataset's images are {expected[0]}x{expected[1]} ({origin}). "
+                "Resize the file, or pass size=None with a transform that resizes.")
         if self.transform is not None:
             image = self.transform(image)
         else:
             from torchvision.transforms.functional import to_tensor
 
             image = to_tensor(image)
-        return image, label
+        return image, self.samples[index][1]
 
     def labels(self) -> torch.Tensor:
         """All labels, in order, without decoding any image."""

@@ -107,3 +107,92 @@ def test_dataset_pickles_and_works_with_spawned_workers(folder):
     images, labels = next(iter(loader))
     assert images.shape == (8, 1, 28, 28)
     assert torch.equal(labels, ds.labels()[:8])
+
+
+# ---- failing loudly: paths outside the folder, 16-bit files, sizes, modes, encodings --------
+
+def _csv(folder, text: str, name: str = "rows.csv", encoding: str = "utf-8"):
+    path = folder / name
+    path.write_text(text, encoding=encoding)
+    return path
+
+
+@pytest.mark.parametrize("bad", ["../outside.png", "images/../../outside.png", "/etc/passwd"])
+def test_paths_that_leave_the_folder_are_refused_with_the_row(folder, tmp_path, bad):
+    (folder.parent / "outside.png").write_bytes((folder / "images" / "00005.png").read_bytes())
+    csv_path = _csv(folder, f"path,label\nimages/00005.png,1\n{bad},3\n", name="escape.csv")
+    with pytest.raises(ImageRowError, match=r"escape\.csv, line 3: the path .* leaves") as info:
+        CsvImageDataset(csv_path)
+    assert "exist" not in str(info.value), "the message must not say whether the file exists"
+    # The same words whether or not a file is there.
+    missing = _csv(folder, f"path,label\n{bad.replace('outside', 'nowhere')},3\n", name="m.csv")
+    with pytest.raises(ImageRowError, match=r"line 2: the path .* leaves"):
+        CsvImageDataset(missing)
+
+
+def test_a_symlink_out_of_the_folder_is_refused(folder, tmp_path):
+    (tmp_path / "secret.png").write_bytes((folder / "images" / "00005.png").read_bytes())
+    link = folder / "images" / "link.png"
+    link.symlink_to(tmp_path / "secret.png")
+    try:
+        with pytest.raises(ImageRowError, match="leaves"):
+            CsvImageDataset(_csv(folder, "path,label\nimages/link.png,1\n", name="link.csv"))
+    finally:
+        link.unlink()
+
+
+def test_a_16_bit_png_is_scaled_not_saturated(tmp_path):
+    import numpy as np
+    from PIL import Image
+
+    ramp = (np.arange(28 * 28, dtype=np.uint32).reshape(28, 28) * 83).astype(np.uint16)
+    (tmp_path / "deep.png").write_bytes(b"")
+    Image.fromarray(ramp).save(tmp_path / "deep.png")
+    assert Image.open(tmp_path / "deep.png").mode == "I;16"
+    ds = CsvImageDataset(_csv(tmp_path, "path,label\ndeep.png,0\n"))
+    image, _ = ds[0]
+    expected = torch.from_numpy(np.rint(ramp / 257.0)).float() / 255
+    assert (image[0] - expected).abs().max() <= 1 / 255 + 1e-6
+    assert (image == 1.0).float().mean() < 0.01  # convert("L") made 99% of them white
+
+
+def test_an_image_of_the_wrong_size_names_its_row(folder):
+    from PIL import Image
+
+    Image.new("L", (32, 30)).save(folder / "images" / "big.png")
+    csv_path = _csv(folder, "path,label\nimages/00005.png,1\nimages/big.png,2\n", name="size.csv")
+    ds = CsvImageDataset(csv_path)
+    with pytest.raises(ImageRowError, match=r"size\.csv, line 3: .*big\.png is 32x30 pixels, "
+                                            r"but the dataset's images are 28x28"):
+        ds[1]
+    with pytest.raises(ImageRowError, match="line 3"):  # through a DataLoader too
+        list(DataLoader(ds, batch_size=2))
+    assert CsvImageDataset(csv_path, size=None)[1][0].shape == (1, 30, 32)
+    with pytest.raises(ImageRowError, match="line 2: .* is 28x28 pixels, but the dataset's "
+                                            r"images are 32x30 \(the size the dataset was given"):
+        CsvImageDataset(csv_path, size=(32, 30))[0]
+
+
+def test_an_unknown_mode_is_explained(folder):
+    with pytest.raises(ValueError, match=r"mode 'grey' is not one .*'L' for greyscale"):
+        CsvImageDataset(folder / "labels.csv", mode="grey")
+
+
+def test_excels_byte_order_mark_is_accepted(folder):
+    csv_path = _csv(folder, "path,label\nimages/00005.png,7\n", name="bom.csv", encoding="utf-8-sig")
+    assert csv_path.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert CsvImageDataset(csv_path).samples == [("images/00005.png", 7)]
+
+
+def test_a_latin_1_csv_names_file_and_line(folder):
+    csv_path = _csv(folder, "path,label\nimages/00005.png,1\nimages/caf\u00e9.png,2\n",
+                    name="latin.csv", encoding="latin-1")
+    with pytest.raises(ImageRowError, match=r"latin\.csv, line 3: the file is not UTF-8"):
+        CsvImageDataset(csv_path)
+
+
+def test_a_nul_byte_names_file_and_line(folder):
+    path = folder / "nul.csv"
+    path.write_bytes(b"path,label\nimages/00005.png,1\nimages/\x00.png,2\n")
+    with pytest.raises(ImageRowError, match=r"nul\.csv, line 3: the file contains a NUL byte"):
+        CsvImageDataset(path)
