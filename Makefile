@@ -26,7 +26,7 @@ STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
 HELPERS := $(sort $(wildcard helpers/*.py helpers/bench/*.py results/*.json))
 
 .PHONY: book test venv data lint unit notebooks html browser-deps clean distclean bench \
-        oldest oldest-venv
+        oldest oldest-venv gpu-report wheelhouse
 
 ## Set-up ------------------------------------------------------------------------------
 venv: $(VENV)/.installed
@@ -66,9 +66,20 @@ $(STAGE)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) | venv data
 
 notebooks: $(EXECUTED)
 
-$(HTML)/.built: $(STAGED_STATIC) $(EXECUTED)
+# The pages the book shows: a chapter's recorded GPU run (results/pages/<machine>/) where its
+# code matches the chapter's current code, else the CPU outputs above, saying so.
+PAGES := _build/pages
+RECORDED := $(sort $(wildcard results/pages/*/*.ipynb))
+$(PAGES)/.staged: $(STAGED_STATIC) $(EXECUTED) $(RECORDED) scripts/gpu_report.py
+	rm -rf $(PAGES)
+	mkdir -p $(PAGES)
+	cp -r $(STAGE)/. $(PAGES)/
+	$(PY) scripts/gpu_report.py stage --executed $(STAGE)/chapters --out $(PAGES)/chapters
+	touch $@
+
+$(HTML)/.built: $(PAGES)/.staged
 	rm -rf $(HTML)
-	$(VENV)/bin/jupyter-book build $(STAGE) --path-output . -W --keep-going
+	$(VENV)/bin/jupyter-book build $(PAGES) --path-output . -W --keep-going
 	touch $@
 
 html: $(HTML)/.built
@@ -126,6 +137,20 @@ test: lint book oldest browser-deps
 ## The book's benchmark: figures for results/<machine>.json -------------------------
 bench: venv data
 	$(PY) -m helpers.bench
+
+## The GPU report: every chapter and the benchmark on this machine's GPU, recorded under
+## results/ (README: "Add your GPU to the book"). It uses the machine's own Python and torch.
+REPORT_PY ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+REPORT_ARGS ?=
+gpu-report:
+	$(REPORT_PY) scripts/gpu_report.py $(REPORT_ARGS)
+
+# Wheels for an offline GPU server: WHEEL_PYTHON=3.11 WHEEL_PLATFORM=manylinux2014_x86_64
+WHEEL_PYTHON ?= 3.11
+WHEEL_PLATFORM ?= manylinux2014_x86_64
+wheelhouse: venv
+	$(PY) scripts/wheelhouse.py --out _build/wheelhouse --python $(WHEEL_PYTHON) \
+	  --platform $(WHEEL_PLATFORM)
 
 clean:
 	rm -rf _build $(STAGE) $(OLDEST)

@@ -83,6 +83,14 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "helpers").rglob("*.py")}
     got = {p.relative_to(env_site).as_posix() for p in (env_site / "helpers").rglob("*.py")}
     assert shipped <= got, f"missing from the package: {sorted(shipped - got)}"
+    # the committed result files travel with the package, so the chapters show them on Colab
+    committed = sorted(p.name for p in (ROOT / "results").glob("*.json"))
+    assert sorted(p.name for p in (env_site / "helpers" / "_results").glob("*.json")) == committed
+    seen = run([str(py), "-c", "from helpers.results import load_results, results_dir; "
+                "print(results_dir()); print(*sorted(d['_path'].rsplit('/', 1)[1] "
+                "for d in load_results()))"], cwd=work, env=env).stdout.splitlines()
+    assert seen[0] == str(env_site / "helpers" / "_results")
+    assert seen[1].split() == committed
     nb = nbformat.read(out, as_version=4)
     setup_cell = next(c for c in nb.cells if c.cell_type == "code")
     setup_output = "".join(o.get("text", "") for o in setup_cell.outputs

@@ -21,8 +21,15 @@ APPENDIX_HTML = ROOT / "_build" / "html" / "chapters" / "appendix_results.html"
 def test_results_holds_only_result_files():
     if not RESULTS.exists():
         pytest.skip("no results/ folder yet")
-    others = [p.name for p in RESULTS.iterdir() if p.suffix != ".json" and p.name != ".gitkeep"]
+    others = [p.name for p in RESULTS.iterdir()
+              if p.suffix != ".json" and p.name not in (".gitkeep", "pages")]
     assert not others, f"results/ holds files the benchmark did not write: {others}"
+    # results/pages/<machine>/<chapter>.ipynb: the GPU report's recorded pages, nothing else
+    pages = RESULTS / "pages"
+    if pages.exists():
+        strays = [p.relative_to(RESULTS).as_posix() for p in pages.rglob("*")
+                  if p.is_file() and (p.suffix != ".ipynb" or p.parent.parent != pages)]
+        assert not strays, f"results/pages/ holds files the GPU report did not write: {strays}"
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=[p.stem for p in COMMITTED])

@@ -1,0 +1,138 @@
+"""Prepare a wheelhouse for the GPU report on a server without internet access.
+
+    python scripts/wheelhouse.py --out _build/wheelhouse --python 3.11 \
+        --platform manylinux2014_x86_64            # on a machine with internet
+    # copy _build/wheelhouse to the GPU server, then, in the book's folder there:
+    python scripts/gpu_report.py --wheelhouse _build/wheelhouse
+
+The wheelhouse holds, for the named Python version and platform:
+
+- the book's helpers package, built from this checkout;
+- the packages a typical CUDA image (one with torch and torchvision) lacks: the notebook
+  runner and its kernel, the trainers chapter 10 compares (torchkeras, Accelerate, Lightning)
+  and the libraries the chapters use, each with its dependencies; never torch, torchvision,
+  triton or NVIDIA's libraries, which the image has and which must match its driver;
+- ``requirements.txt``, the names ``pip install --no-index --find-links`` installs (the
+  helpers wheel is installed by its file name);
+- ``mnist-raw.tar.gz``, the MNIST files the chapters read, compressed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+#: What the report and the chapters need beyond torch and torchvision.
+PACKAGES = ("nbclient", "nbformat", "ipykernel", "nbmake", "pytest", "ipywidgets", "torchkeras",
+            "accelerate", "lightning", "torchmetrics", "numpy", "pandas", "matplotlib", "tqdm",
+            "pillow")
+#: Already in a CUDA image, tied to its driver: never downloaded.
+IMAGE_HAS = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$")
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pinned_versions() -> dict[str, str]:
+    """The versions requirements.txt pins, so the server runs what CI tested."""
+    pins = {}
+    for line in (ROOT / "requirements.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", line.strip())
+        if m:
+            pins[_normal(m.group(1))] = m.group(2)
+    return pins
+
+
+def build_helpers_wheel(out: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "-w", str(out), str(ROOT)], check=True)
+    wheels = sorted(out.glob("pytorch_on_the_gpu_helpers-*.whl"))
+    if not wheels:
+        raise SystemExit("building the helpers wheel produced no file")
+    return wheels[-1]
+
+
+def download(packages: list[str], out: Path, python: str, platforms: list[str]) -> list[str]:
+    """Resolve ``packages`` for ``python``/``platforms`` without installing, then download
+    every resolved wheel except those a CUDA image has. Returns the downloaded names."""
+    target = [f"--python-version={python}", "--only-binary=:all:",
+              *(f"--platform={p}" for p in platforms)]
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run",
+                        "--ignore-installed", "--target", str(Path(tmp) / "t"),
+                        "--report", str(report), *target, *packages], check=True)
+        resolved = json.loads(report.read_text())["install"]
+    wanted = []
+    for item in resolved:
+        meta = item["metadata"]
+        if not IMAGE_HAS.match(_normal(meta["name"])):
+            wanted.append(f"{meta['name']}=={meta['version']}")
+    if wanted:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--dest", str(out), *target, *wanted], check=True)
+    return wanted
+
+
+def pack_mnist(raw: Path, out: Path) -> Path:
+    """``MNIST/raw/*`` from ``raw`` into ``out/mnist-raw.tar.gz``."""
+    files = sorted(p for p in raw.iterdir() if p.is_file())
+    if not files:
+        raise SystemExit(f"{raw} holds no MNIST files: run `make data` first, or pass --no-data")
+    archive = out / "mnist-raw.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in files:
+            tar.add(path, arcname=f"MNIST/raw/{path.name}")
+    return archive
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the wheelhouse folder")
+    parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
+                        help="the GPU server's Python version, e.g. 3.11 (default: this one)")
+    parser.add_argument("--platform", action="append", default=[],
+                        help="the server's wheel platform tag (repeatable; default "
+                             "manylinux2014_x86_64)")
+    parser.add_argument("--packages", default=",".join(PACKAGES),
+                        help="comma-separated packages to download with their dependencies "
+                             "(default: what a CUDA image lacks); empty for none")
+    parser.add_argument("--mnist", type=Path, help="the MNIST raw folder (default: the book's)")
+    parser.add_argument("--no-data", action="store_true", help="leave MNIST out")
+    args = parser.parse_args(argv)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    pins = pinned_versions()
+    names = [p.strip() for p in args.packages.split(",") if p.strip()]
+    specs = [f"{n}=={pins[_normal(n)]}" if _normal(n) in pins else n for n in names]
+    wheel = build_helpers_wheel(out)
+    print(f"helpers: {wheel.name}")
+    if specs:
+        got = download(specs, out, args.python, args.platform or ["manylinux2014_x86_64"])
+        print(f"downloaded {len(got)} wheel(s) for Python {args.python}")
+    # The helpers wheel is installed by file name (it replaces any older copy); these are
+    # the rest, resolved from the wheelhouse and what the machine already has.
+    (out / "requirements.txt").write_text("".join(f"{n}\n" for n in names))
+    if not args.no_data:
+        if args.mnist is not None:
+            raw = args.mnist
+        else:
+            from helpers.data import data_dir
+
+            raw = data_dir() / "MNIST" / "raw"
+        print(f"data: {pack_mnist(raw, out).name}")
+    print(f"Wheelhouse ready in {out}: copy it to the GPU server and run "
+          f"`python scripts/gpu_report.py --wheelhouse {out}` there.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
