@@ -39,6 +39,7 @@ __all__ = [
     "FETCH_COMMAND",
     "MNIST_FILES",
     "MNIST_VAL_SIZE",
+    "MNIST_VAL_SIZE",
     "DataError",
     "TensorBatches",
     "data_dir",
@@ -284,6 +285,10 @@ def mnist(train: bool = True, root: str | Path | None = None, transform=None) ->
     return datasets.MNIST(root, train=train, transform=transform, download=False)
 
 
+#: Training images held out for validation by :func:`mnist_loaders` (the last ones), as in chapter 5.
+MNIST_VAL_SIZE = 5_000
+
+
 def mnist_loaders(
     batch_size: int = 128,
     *,
@@ -293,17 +298,27 @@ def mnist_loaders(
     val_subset: int | None = None,
     root: str | Path | None = None,
     seed: int = 0,
+    val_size: int = MNIST_VAL_SIZE,
 ) -> tuple[DataLoader, DataLoader]:
-    """Training and validation (the MNIST test set) DataLoaders, seed style (chapter 5).
+    """Training and validation DataLoaders, both from MNIST's 60,000 training images (chapter 5).
 
-    ``train_subset`` / ``val_subset`` keep only the first N examples, so a CPU-only run stays
-    short. The training loader shuffles with a generator seeded by ``seed``.
+    The last ``val_size`` training images are held out for validation (chapter 5's split), so
+    the 10,000 test images stay unseen until the final test. ``train_subset`` / ``val_subset``
+    keep only the first N images of each part, so a CPU-only run stays short. The training
+    loader shuffles with a generator seeded by ``seed``.
     """
-    train, val = mnist(True, root), mnist(False, root)
+    full = mnist(True, root)
+    if not 0 < val_size < len(full):
+        raise ValueError(f"val_size must be between 1 and {len(full) - 1} (the training images "
+                         f"left for training), got {val_size}")
+    n_train = len(full) - val_size
+    n_val = val_size
     if train_subset is not None:
-        train = Subset(train, range(min(train_subset, len(train))))
+        n_train = min(train_subset, n_train)
     if val_subset is not None:
-        val = Subset(val, range(min(val_subset, len(val))))
+        n_val = min(val_subset, n_val)
+    train = Subset(full, range(n_train))
+    val = Subset(full, range(len(full) - val_size, len(full) - val_size + n_val))
     common = dict(num_workers=num_workers, pin_memory=pin_memory,
                   persistent_workers=num_workers > 0)
     gen = torch.Generator().manual_seed(seed)

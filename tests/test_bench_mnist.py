@@ -64,3 +64,18 @@ def test_time_to_accuracy_stops_at_the_target_or_the_limit() -> None:
     out = bench_mnist.time_to_accuracy("cpu", target=0.0, max_epochs=3, train_subset=256,
                                          test_subset=256)
     assert out["epochs"] == 1 and out["reached"] is True
+
+
+def test_mnist_loaders_validate_on_held_out_training_images() -> None:
+    # Chapter 5's split: the last 5,000 training images validate; the test set stays unseen.
+    from helpers.data import MNIST_VAL_SIZE, mnist_loaders
+
+    train, val = mnist_loaders(batch_size=64)
+    assert len(train.dataset) == 60_000 - MNIST_VAL_SIZE and len(val.dataset) == MNIST_VAL_SIZE
+    assert train.dataset.dataset.train and val.dataset.dataset.train
+    assert set(train.dataset.indices).isdisjoint(val.dataset.indices)
+    small_train, small_val = mnist_loaders(train_subset=100, val_subset=50, val_size=1_000)
+    assert list(small_val.dataset.indices) == list(range(59_000, 59_050))
+    assert list(small_train.dataset.indices) == list(range(100))
+    with pytest.raises(ValueError, match="val_size"):
+        mnist_loaders(val_size=60_000)
