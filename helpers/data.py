@@ -39,7 +39,6 @@ __all__ = [
     "FETCH_COMMAND",
     "MNIST_FILES",
     "MNIST_VAL_SIZE",
-    "MNIST_VAL_SIZE",
     "DataError",
     "TensorBatches",
     "data_dir",
