@@ -21,7 +21,7 @@ NB_TIMEOUT ?= 1800
 
 NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb))
 EXECUTED := $(addprefix $(STAGE)/,$(NOTEBOOKS))
-STATIC := _toc.yml intro.md $(sort $(wildcard chapters/*.md) $(wildcard chapters/*.png) $(wildcard chapters/*.py))
+STATIC := _toc.yml intro.md $(wildcard _ext/*.py) $(sort $(wildcard chapters/*.md) $(wildcard chapters/*.png) $(wildcard chapters/*.py))
 STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
 HELPERS := $(sort $(wildcard helpers/*.py helpers/bench/*.py results/*.json))
 
@@ -126,7 +126,7 @@ oldest: $(OLDEST)/.done
 
 ## Tests -------------------------------------------------------------------------------
 lint: venv
-	$(VENV)/bin/ruff check helpers tests scripts chapters
+	$(VENV)/bin/ruff check helpers tests scripts chapters _ext
 
 unit: venv data
 	$(PY) -m pytest -m "not book"
@@ -153,7 +153,8 @@ wheelhouse: venv
 	  --platform $(WHEEL_PLATFORM)
 
 clean:
-	rm -rf _build $(STAGE) $(OLDEST)
+	# build/ is where setuptools leaves a wheel's files; stale ones would ship in the next wheel.
+	rm -rf _build $(STAGE) $(OLDEST) build dist
 
 distclean: clean
 	rm -rf $(VENV) $(OLDEST_VENV) data
