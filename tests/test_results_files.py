@@ -58,6 +58,11 @@ def check_report(docs: list[dict]) -> None:
     assert report.missing_figures(docs, table) == []
     assert len(table) == len({(f["workload"], f["name"], f["unit"])
                               for d in docs for f in d["figures"]})
+    gpu_labels = [label for label, doc in zip(report.machine_labels(docs), docs, strict=True)
+                  if doc["machine"]["gpu_count"]]
+    shares = report.peak_share_table(docs)
+    speedups = report.speedup_table(docs)
+    assert set(shares.columns) <= set(gpu_labels) and set(speedups.columns) <= set(gpu_labels)
     for name in report.workloads(docs):
         fig = report.plot_workload(docs, name)
         legend = {t.get_text() for t in fig.legends[0].get_texts()}
@@ -105,6 +110,10 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
             if state["gpu"]:
                 figs.append(core.Figure("fp32 1024x1024", 50.0 * state["scale"], "TFLOP/s",
                                         "cuda:0", spread=0.4))
+                figs.append(core.Figure("fp32_tflops_n1024", 40.0 * state["scale"], "TFLOP/s",
+                                        "cuda:0"))
+                figs.append(core.Figure("cpu_product_seconds", 2.0, "s", "cpu"))
+                figs.append(core.Figure("product_seconds", 0.5 / state["scale"], "s", "cuda:0"))
             return figs
 
         @core.workload("mnist", 5)
@@ -132,6 +141,30 @@ def test_the_report_shows_every_file_the_runner_writes(tmp_path, monkeypatch, gp
     check_report(docs)
     assert report.figures_table([]).empty and report.machines_table([]).empty
     assert report.plot_workload(docs, "no such workload") is None
+
+
+def test_share_of_peak_and_speed_up_over_the_host_cpu(tmp_path, monkeypatch):
+    from helpers import timing
+
+    write_results(tmp_path, monkeypatch, gpu_machines=2)
+    docs = load_results(tmp_path)
+    labels = [label for label, doc in zip(report.machine_labels(docs), docs, strict=True)
+              if doc["machine"]["gpu_count"]]
+    # made-up GPUs have no quoted peak: the cells stay empty, no share is claimed
+    shares = report.peak_share_table(docs)
+    assert list(shares.columns) == labels and shares.isna().all().all()
+    speedups = report.speedup_table(docs)
+    assert list(speedups.columns) == labels
+    assert speedups.loc[("matmul", "product_seconds [s]")].tolist() == [2.0 / 0.05, 2.0 / 0.025]
+    # a GPU the book knows: the share is the measured rate over the quoted peak
+    gpu = docs[1]
+    gpu["machine"]["device_name"] = "NVIDIA H100 80GB HBM3"
+    peak = timing.peak_tflops("NVIDIA H100 80GB HBM3", "fp32")
+    if peak is not None:
+        share = report.peak_share_table([gpu]).iloc[0, 0]
+        assert share == pytest.approx(400.0 / peak)
+    monkeypatch.setattr(timing, "peak_tflops", lambda name, dtype="fp32": None)
+    assert report.peak_share_table([gpu]).isna().all().all()
 
 
 @pytest.mark.slow

@@ -8,13 +8,14 @@ Each function takes the documents :func:`helpers.results.load_results` returns.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import pandas as pd
 
 __all__ = ["figures_table", "machine_label", "machine_labels", "machines_table",
-           "missing_figures", "plot_workload", "workloads"]
+           "missing_figures", "peak_share_table", "plot_workload", "speedup_table", "workloads"]
 
 
 def machine_label(doc: dict[str, Any]) -> str:
@@ -51,12 +52,14 @@ def machines_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
             "CPU": f"{m['cpu']} ({m['cpu_count']} cores, torch uses "
                    f"{m.get('torch_threads', '?')} threads)",
             "NVIDIA driver": m.get("driver") or "-",
+            "accelerator": m.get("accelerator") or "-",
             "CUDA": m.get("cuda") or m.get("hip") or "-",
             "cuDNN": m.get("cudnn") or "-",
             "torch": m["torch"],
             "Python": m["python"],
             "platform": m["platform"],
             "measured on (UTC)": doc["date"].replace("T", " ")[:16],
+            "book commit": (m.get("book_commit") or "unknown")[:10],
             "command": doc["command"],
             "run": "quick (small sizes)" if doc.get("quick") else "full",
             "figures": len(doc["figures"]),
@@ -180,3 +183,70 @@ def plot_workload(docs: Sequence[dict[str, Any]], workload: str, *, max_rows: in
                loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1, title="machine")
     fig.tight_layout()
     return fig
+
+
+_MATMUL_RATE = re.compile(r"^(?P<mode>fp32|tf32|bf16|fp16)_tflops_n(?P<size>\d+)$")
+
+
+def peak_share_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """What share of its device's dense peak each accelerator matmul reached: one row per
+    (format, size), one column per GPU machine; empty where the book knows no peak for that
+    GPU and format (``helpers.timing.peak_tflops`` returns None)."""
+    from helpers import timing
+
+    columns: dict[str, dict[tuple[str, int], float | None]] = {}
+    for label, doc in zip(machine_labels(docs), docs, strict=True):
+        if not doc["machine"].get("gpu_count"):
+            continue
+        name = doc["machine"]["device_name"]
+        for f in doc["figures"]:
+            m = _MATMUL_RATE.match(f["name"])
+            if f["workload"] != "matmul" or f["device"] == "cpu" or m is None:
+                continue
+            try:
+                peak = timing.peak_tflops(name, m["mode"])
+            except ValueError:  # a format the peak table does not list
+                peak = None
+            share = f["value"] / peak if peak else None
+            columns.setdefault(label, {})[(m["mode"], int(m["size"]))] = share
+    table = pd.DataFrame(columns, dtype=float)
+    if not table.empty:
+        table = table.sort_index()
+        table.index.names = ["format", "size n"]
+    table.columns.name = "machine"
+    return table
+
+
+def _time_or_rate(unit: str) -> int:
+    """+1 for a time (smaller is faster), -1 for a rate (larger is faster), 0 otherwise."""
+    if unit in ("s", "ms", "us"):
+        return 1
+    return -1 if unit.endswith("/s") else 0
+
+
+def speedup_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Each GPU machine's speed-up over its own host CPU: one row per figure the workloads
+    measure on both (``cpu_<name>`` on the CPU against ``<name>`` or ``gpu_<name>`` on the
+    GPU, same unit), one column per GPU machine. A time is divided CPU over GPU, a rate GPU
+    over CPU, so above 1 means the GPU is faster."""
+    columns: dict[str, dict[tuple[str, str], float]] = {}
+    for label, doc in zip(machine_labels(docs), docs, strict=True):
+        if not doc["machine"].get("gpu_count"):
+            continue
+        cpu, gpu = {}, {}
+        for f in doc["figures"]:
+            if f["device"] == "cpu" and f["name"].startswith("cpu_"):
+                cpu[(f["workload"], f["name"][4:], f["unit"])] = f["value"]
+            elif f["device"] != "cpu":
+                gpu[(f["workload"], f["name"].removeprefix("gpu_"), f["unit"])] = f["value"]
+        for key in cpu.keys() & gpu.keys():
+            sense = _time_or_rate(key[2])
+            if sense and cpu[key] > 0 and gpu[key] > 0:
+                ratio = cpu[key] / gpu[key] if sense > 0 else gpu[key] / cpu[key]
+                columns.setdefault(label, {})[(key[0], f"{key[1]} [{key[2]}]")] = ratio
+    table = pd.DataFrame(columns, dtype=float)
+    if not table.empty:
+        table = table.sort_index()
+        table.index.names = ["workload", "figure"]
+    table.columns.name = "machine"
+    return table
