@@ -6,14 +6,27 @@ Every function returns the matplotlib ``Figure`` so a notebook can tweak or save
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-__all__ = ["plot_history", "plot_speedups", "plot_sweep", "plot_timings", "show_images"]
+__all__ = ["plot_history", "plot_speedups", "plot_sweep", "plot_timings", "readable", "show_images"]
+
+
+def readable(value: float) -> str:
+    """A number as a bar label: three significant digits, thousands separated, never in
+    scientific notation (``2810.4`` -> ``"2,810"``, ``0.01234`` -> ``"0.0123"``) (chapter 3)."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"
 
 
 def plot_history(history: pd.DataFrame, metrics: Sequence[str] = ("loss", "acc"),
@@ -35,6 +48,7 @@ def plot_history(history: pd.DataFrame, metrics: Sequence[str] = ("loss", "acc")
             best = history.loc[history["best"], "epoch"].iloc[0]
             ax.axvline(best, color="grey", linestyle=":", label=f"best (epoch {best})")
         ax.set_xlabel("epoch")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs are whole numbers
         ax.set_ylabel(metric)
         ax.legend()
     if title:
@@ -58,7 +72,7 @@ def plot_timings(seconds: Mapping[str, float], errors: Mapping[str, float] | Non
     if log:
         ax.set_xscale("log")
     for y, v in enumerate(values):
-        ax.annotate(f"{v:.3g}", (v, y), xytext=(3, 0), textcoords="offset points", va="center")
+        ax.annotate(readable(v), (v, y), xytext=(3, 0), textcoords="offset points", va="center")
     if title:
         ax.set_title(title)
     fig.tight_layout()

@@ -49,3 +49,18 @@ def test_show_images_grid():
     assert fig.axes[0].get_title() == "0"
     with pytest.raises(ValueError):
         plotting.show_images(torch.rand(28, 28))
+
+
+def test_history_ticks_are_whole_epochs():
+    fig = plotting.plot_history(history())
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_bar_labels_are_readable():
+    fig = plotting.plot_timings({"a": 2810.4, "b": 0.01234, "c": 1.5, "d": 123456.0})
+    labels = [t.get_text() for t in fig.axes[0].texts]
+    assert labels == ["2,810", "0.0123", "1.50", "123,456"]
+    assert plotting.readable(0.0) == "0" and plotting.readable(3.14159e-5) == "0.0000314"
