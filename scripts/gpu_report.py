@@ -293,7 +293,7 @@ def cpu_note(stale: list[dict[str, Any]]) -> str:
     else:
         why = "no run of this page on a GPU is recorded yet"
     return (f"```{{note}}\nThe outputs on this page come from the book's CPU-only build machine: "
-            f"{why}. The committed GPU figures are shown where a comparison needs a GPU.\n```")
+            f"{why}.\n```")
 
 
 def stage(args: argparse.Namespace) -> int:
