@@ -64,3 +64,46 @@ def test_cuda_semantics_workload_on_cpu_measures_only_the_launch() -> None:
     figures = cuda_semantics.run(torch.device("cpu"), quick=True)
     assert [f.name for f in figures] == ["launch_ms", "matmul_done_ms"]
     assert all(f.device == "cpu" and f.value > 0 and f.note.startswith("quick run") for f in figures)
+
+
+def test_recipe_steps_share_one_class_and_only_compile_compiles() -> None:
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    plain = recipes.make_step("plain", torch.device("cpu"), batch_size=4).recipe_step
+    assert plain.net is plain.model and not isinstance(plain.net, OptimizedModule)
+    assert isinstance(recipes.RecipeStep("channels_last", "cpu").model, torch.nn.Module)
+
+
+def test_compile_recipe_really_compiles_on_cpu() -> None:
+    """The compile recipe runs an ``OptimizedModule`` and dynamo compiles a graph for it."""
+    from torch._dynamo.eval_frame import OptimizedModule
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # forget graphs compiled by earlier tests, so this one must compile
+    counters.clear()
+    step = recipes.make_step("compile", torch.device("cpu"), batch_size=8)
+    assert isinstance(step.recipe_step.net, OptimizedModule)
+    assert step.recipe_step.net._orig_mod is step.recipe_step.model
+    losses = [step().item() for _ in range(3)]
+    assert counters["stats"]["unique_graphs"] >= 1, dict(counters["stats"])
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0]
+    graphs = counters["stats"]["unique_graphs"]
+    step()
+    assert counters["stats"]["unique_graphs"] == graphs, "a batch of the same shape recompiled"
+
+
+@pytest.mark.parametrize(("capability", "has_bf16"), [((7, 5), False), ((8, 0), True), ((9, 0), True)])
+def test_bf16_is_left_out_below_compute_capability_8(monkeypatch, capability, has_bf16) -> None:
+    asked = []
+
+    def fake_capability(device):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", fake_capability)
+    monkeypatch.setattr(torch.version, "hip", None)
+    names = recipes.recipes_for(torch.device("cuda:1"))
+    assert ("bf16_autocast" in names) is has_bf16
+    assert "fp16_autocast_gradscaler" in names and "compile" in names
+    assert asked and all(torch.device(d) == torch.device("cuda:1") for d in asked)
+    assert recipes.bf16_is_fast(torch.device("cpu"))

@@ -13,12 +13,14 @@ Figures, for each recipe that applies to the device (see :func:`recipes_for`):
 - ``compile_seconds``: where ``compile`` runs, the first compiled step (tracing and code
   generation), reported apart from the steady-state step time.
 
-Recipes: ``plain``; ``bf16_autocast``; ``channels_last``; on CUDA also
-``fp16_autocast_gradscaler``, ``cudnn_benchmark``, ``pinned_non_blocking`` (each step also
-copies its batch from host memory, pageable for ``plain_host_copy``, pinned and
-``non_blocking`` for this recipe) and ``compile`` (``torch.compile`` of the model). On the
-CPU ``compile`` is left out: its first compilation takes minutes on a small machine, which
-chapter 12 reports separately.
+Recipes: ``plain``; ``bf16_autocast`` (left out on CUDA GPUs below compute capability 8.0,
+see :func:`bf16_is_fast`); ``channels_last``; on CUDA also ``fp16_autocast_gradscaler``,
+``cudnn_benchmark``, ``pinned_non_blocking`` (each step also copies its batch from host
+memory, pageable for ``plain_host_copy``, pinned and ``non_blocking`` for this recipe) and
+``compile`` (``torch.compile`` of the model's forward pass, and through AOTAutograd its
+backward; the loss and the optimizer stay eager). The CPU benchmark leaves ``compile`` out:
+its first compilation takes minutes on a small machine. Chapter 12 builds its steps with the
+same :class:`RecipeStep` and compiles live on every device.
 """
 
 from __future__ import annotations
@@ -34,78 +36,124 @@ from helpers.bench.core import Figure, workload
 from helpers.models import MnistCNN
 from helpers.timing import benchmark, synchronize
 
-__all__ = ["BATCH_SIZE", "make_step", "recipes_for", "run"]
+__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "RecipeStep", "bf16_is_fast", "make_step", "recipes_for", "run"]
 
 #: The book's batch size for the CNN (chapter 5); full GPU runs use :data:`GPU_BATCH_SIZE`.
 BATCH_SIZE = 128
 GPU_BATCH_SIZE = 512
 
 
+def bf16_is_fast(device: torch.device) -> bool:
+    """Whether bf16 autocast is worth measuring on ``device`` (chapter 12).
+
+    CUDA GPUs before compute capability 8.0 (Ampere), such as Colab's T4 (7.5), have no bf16
+    tensor cores. ``torch.cuda.is_bf16_supported()`` still answers True there, because by
+    default it counts emulation (``including_emulation=True``) and asks the *current* GPU;
+    bf16 convolutions then take a slow fallback path. This asks ``device`` itself.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.version.hip:
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+    return True
+
+
 def recipes_for(device: torch.device) -> list[str]:
     """The recipes measured on ``device``, ``plain`` first (chapter 12)."""
-    names = ["plain", "bf16_autocast", "channels_last"]
+    device = torch.device(device)
+    names = ["plain"] + (["bf16_autocast"] if bf16_is_fast(device) else []) + ["channels_last"]
     if device.type == "cuda":
         names += ["fp16_autocast_gradscaler", "cudnn_benchmark", "plain_host_copy",
                   "pinned_non_blocking", "compile"]
     return names
 
 
-def make_step(recipe: str, device: torch.device, batch_size: int = BATCH_SIZE,
-              seed: int = 0) -> Callable[[], torch.Tensor]:
-    """A function that runs one training step of the chapter 5 CNN with ``recipe`` applied.
+class RecipeStep:
+    """One recipe applied to a fresh, seeded chapter 5 CNN with Adam (chapter 12).
 
-    The model, optimiser and batch are created here (seeded), so every recipe starts alike.
-    ``cudnn_benchmark`` sets ``torch.backends.cudnn.benchmark`` while its step runs and
-    restores the previous value afterwards.
+    Calling it with a batch ``(x, y)`` runs one training step: ``zero_grad``, the forward pass
+    and the loss (under autocast for the mixed-precision recipes), ``backward`` (through a
+    ``GradScaler`` for fp16) and the optimizer step. ``model`` is the eager module that owns
+    the parameters (evaluate and save it); ``net`` is what the forward pass calls: ``model``
+    itself, or ``torch.compile(model)`` for the ``compile`` recipe, which compiles the model's
+    forward pass and, through AOTAutograd, its backward; the loss, ``zero_grad`` and the
+    optimizer step stay eager. :meth:`prepare` puts a batch of images in the recipe's memory
+    layout.
     """
-    device = torch.device(device)
-    if recipe not in recipes_for(device) and recipe != "compile":
-        raise ValueError(f"recipe {recipe!r} does not apply to {device}; "
-                         f"choose from {recipes_for(device)}")
-    torch.manual_seed(seed)
-    model = MnistCNN().to(device)
-    gen = torch.Generator().manual_seed(seed)
-    host_x = torch.rand(batch_size, 1, 28, 28, generator=gen)
-    host_y = torch.randint(0, 10, (batch_size,), generator=gen)
-    x, y = host_x.to(device), host_y.to(device)
-    amp_dtype = {"bf16_autocast": torch.bfloat16, "fp16_autocast_gradscaler": torch.float16}.get(recipe)
-    scaler = torch.amp.GradScaler("cuda") if recipe == "fp16_autocast_gradscaler" else None
-    if recipe == "channels_last":
-        model = model.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last)
-    if recipe == "pinned_non_blocking":
-        host_x, host_y = host_x.pin_memory(), host_y.pin_memory()
-    net = torch.compile(model) if recipe == "compile" else model
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = nn.CrossEntropyLoss()
-    copy = recipe in ("plain_host_copy", "pinned_non_blocking")
-    non_blocking = recipe == "pinned_non_blocking"
 
-    def step() -> torch.Tensor:
-        bx, by = x, y
-        if copy:
-            bx = host_x.to(device, non_blocking=non_blocking)
-            by = host_y.to(device, non_blocking=non_blocking)
+    def __init__(self, recipe: str, device: torch.device, *, lr: float = 1e-3,
+                 seed: int = 0) -> None:
+        device = torch.device(device)
+        if recipe not in recipes_for(device) and recipe != "compile":
+            raise ValueError(f"recipe {recipe!r} does not apply to {device}; "
+                             f"choose from {recipes_for(device)}")
+        self.recipe, self.device = recipe, device
+        self.memory_format = (torch.channels_last if recipe == "channels_last"
+                              else torch.contiguous_format)
+        torch.manual_seed(seed)
+        self.model = MnistCNN().to(device).to(memory_format=self.memory_format)
+        self.net = torch.compile(self.model) if recipe == "compile" else self.model
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.amp_dtype = {"bf16_autocast": torch.bfloat16,
+                          "fp16_autocast_gradscaler": torch.float16}.get(recipe)
+        # GradScaler keeps its scale on the device of the first loss it scales: ``device``.
+        self.scaler = (torch.amp.GradScaler(device.type)
+                       if recipe == "fp16_autocast_gradscaler" else None)
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` in the recipe's memory layout (a no-op unless ``channels_last``)."""
+        return x.contiguous(memory_format=self.memory_format)
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         previous = torch.backends.cudnn.benchmark
-        if recipe == "cudnn_benchmark":
+        if self.recipe == "cudnn_benchmark":
             torch.backends.cudnn.benchmark = True
         try:
-            opt.zero_grad(set_to_none=True)
-            autocast = (torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None
-                        else contextlib.nullcontext())
+            self.opt.zero_grad(set_to_none=True)
+            autocast = (torch.autocast(self.device.type, dtype=self.amp_dtype)
+                        if self.amp_dtype is not None else contextlib.nullcontext())
             with autocast:
-                loss = loss_fn(net(bx), by)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
+                loss = self.loss_fn(self.net(x), y)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.step(self.opt)  # skips the step if a gradient is inf or NaN
+                self.scaler.update()
             else:
                 loss.backward()
-                opt.step()
+                self.opt.step()
         finally:
             torch.backends.cudnn.benchmark = previous
         return loss.detach()
 
+
+def make_step(recipe: str, device: torch.device, batch_size: int = BATCH_SIZE,
+              seed: int = 0) -> Callable[[], torch.Tensor]:
+    """A function that runs one training step of the chapter 5 CNN with ``recipe`` applied.
+
+    The model, optimiser and a synthetic batch are created here (seeded, through
+    :class:`RecipeStep`), so every recipe starts alike. ``cudnn_benchmark`` sets
+    ``torch.backends.cudnn.benchmark`` while its step runs and restores the previous value
+    afterwards. ``plain_host_copy`` and ``pinned_non_blocking`` also copy the batch from host
+    memory in every step.
+    """
+    device = torch.device(device)
+    train_step = RecipeStep(recipe, device, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    host_x = torch.rand(batch_size, 1, 28, 28, generator=gen)
+    host_y = torch.randint(0, 10, (batch_size,), generator=gen)
+    x, y = train_step.prepare(host_x.to(device)), host_y.to(device)
+    if recipe == "pinned_non_blocking":
+        host_x, host_y = host_x.pin_memory(), host_y.pin_memory()
+    copy = recipe in ("plain_host_copy", "pinned_non_blocking")
+    non_blocking = recipe == "pinned_non_blocking"
+
+    def step() -> torch.Tensor:
+        if copy:
+            return train_step(host_x.to(device, non_blocking=non_blocking),
+                              host_y.to(device, non_blocking=non_blocking))
+        return train_step(x, y)
+
+    step.recipe_step = train_step  # type: ignore[attr-defined]
     return step
 
 
