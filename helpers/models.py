@@ -2,7 +2,7 @@
 
 ``MnistCNN`` is introduced in chapter 5 (MNIST, CPU vs GPU), ``LinearRegression`` in chapter 4
 (Linear regression, CPU vs GPU) and ``SequenceClassifier`` in chapter 8 (Device pitfalls),
-where its buggy ancestor from the source material is taken apart first.
+where its buggy ancestor from the anonymous notes *Pytorch GPU 训练* is taken apart first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ __all__ = ["LinearRegression", "MnistCNN", "SequenceClassifier", "count_paramete
 
 
 class MnistCNN(nn.Module):
-    """The source material's MNIST CNN (chapter 5): two convolutions and a small head.
+    """The MNIST CNN of Wang Zhefeng's tutorial *PyTorch 训练模型 GPU* (chapter 5): two convolutions and a small head.
 
     conv 1->32 (k3), max-pool 2, conv 32->64 (k5), max-pool 2, Dropout2d(0.1),
     adaptive max-pool to 1x1, flatten, linear 64->32, ReLU, linear 32->10. Takes images of
@@ -43,8 +43,8 @@ class MnistCNN(nn.Module):
 class LinearRegression(nn.Module):
     """``y = x @ w.T + b`` with ``w`` of shape ``[1, d]`` and ``b`` of shape ``[1]`` (chapter 4).
 
-    Parameters start from a seeded normal draw (``w``) and zero (``b``), as in the source
-    material, so CPU and GPU runs start from the same point.
+    Parameters start from a seeded normal draw (``w``) and zero (``b``), as in Wang Zhefeng's
+    tutorial, so CPU and GPU runs start from the same point.
     """
 
     def __init__(self, n_features: int = 2, seed: int = 0) -> None:
@@ -60,7 +60,7 @@ class LinearRegression(nn.Module):
 class SequenceClassifier(nn.Module):
     """An RNN that classifies a sequence from its last hidden state (chapter 8).
 
-    The corrected version of the source material's ``SimpleRNN``: the initial hidden state
+    The corrected version of the ``SimpleRNN`` of *Pytorch GPU 训练*: the initial hidden state
     is made with ``x.new_zeros``, so it follows the input's device and dtype wherever the
     model is moved, and ``squeeze(0)`` drops the layer dimension (the source squeezed
     dimension 1, which only works for a batch of one). Input ``[seq_len, batch, input_dim]``,

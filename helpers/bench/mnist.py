@@ -1,7 +1,7 @@
-"""The ``mnist`` workload: how fast the seeds' CNN trains, and what the data path costs (chapter 5).
+"""The ``mnist`` workload: how fast chapter 5's CNN trains, and what the data path costs (chapter 5).
 
-Chapter 5 (MNIST, CPU vs GPU) trains the source material's CNN with the source material's
-DataLoader (``ToTensor()`` on every PIL image, batch 128, no worker processes) and then with the
+Chapter 5 (MNIST, CPU vs GPU) trains the CNN of Wang Zhefeng's tutorial *PyTorch 训练模型 GPU*
+with that tutorial's DataLoader (``ToTensor()`` on every PIL image, batch 128, no worker processes) and then with the
 whole dataset kept on the device as one tensor, batched by indexing
 (:func:`helpers.data.mnist_tensors` + :class:`helpers.data.TensorBatches`). This module measures
 the same two paths for the book's benchmark command, with the same model, optimiser (Adam) and
@@ -38,7 +38,7 @@ from helpers.training import evaluate
 __all__ = ["BATCH_SIZE", "CPU_BUDGET_S", "CPU_IMAGES", "LR", "LR_DECAY", "TARGET_ACCURACY", "run",
            "seed_loader", "time_to_accuracy", "train_images_per_s"]
 
-#: The source material's batch size, used by both paths.
+#: The tutorial's batch size, used by both paths.
 BATCH_SIZE = 128
 #: Adam's starting learning rate for every run of this workload.
 LR = 5e-3
@@ -56,7 +56,7 @@ MAX_EPOCHS = 30
 
 
 def seed_loader(n: int | None = None, *, batch_size: int = BATCH_SIZE, seed: int = 0) -> DataLoader:
-    """The source material's training DataLoader: ``ToTensor()`` per image, shuffled, batch 128,
+    """The tutorial's training DataLoader: ``ToTensor()`` per image, shuffled, batch 128,
     ``num_workers=0`` (chapter 5); the first ``n`` training images only when ``n`` is given."""
     ds = mnist(train=True)
     if n is not None:
@@ -91,7 +91,7 @@ def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, batches,
 
 
 def train_images_per_s(batches, device: torch.device, *, warmup_batches: int = 5) -> tuple[float, float]:
-    """Images per second over one training epoch of the seeds' CNN on ``device`` fed by
+    """Images per second over one training epoch of chapter 5's CNN on ``device`` fed by
     ``batches``; returns ``(images_per_s, seconds)``. A few warm-up steps come first, so CUDA
     start-up and cuDNN's algorithm choice are not counted."""
     device = torch.device(device)
@@ -164,13 +164,13 @@ def _throughput_figures(device: torch.device, n: int | None, prefix: str, tag: s
                f"{tag}one training epoch over {where} ({resident_s:.2f} s), images kept on "
                f"{dev} as one tensor, batch {BATCH_SIZE} by indexing"),
         Figure(f"{prefix}resident_over_seed_loader", resident_rate / loader_rate, "x", dev, None,
-               f"{tag}device-resident images/s divided by the seed-style DataLoader's"),
+               f"{tag}device-resident images/s divided by the tutorial-style DataLoader's"),
     ]
 
 
 @workload("mnist", chapter=5)
 def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
-    """The seeds' MNIST CNN: training images/s with the seed-style DataLoader and with the
+    """Chapter 5's MNIST CNN: training images/s with the tutorial-style DataLoader and with the
     device-resident dataset, and the training time to reach 98.5% test accuracy."""
     device = torch.device(device)
     tag = "quick run: " if quick else ""
