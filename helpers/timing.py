@@ -221,6 +221,8 @@ _H100 = "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-d
 _H100_WP = "https://resources.nvidia.com/en-us-tensor-core/gtc22-whitepaper-hopper"
 _H200 = "https://www.nvidia.com/en-us/data-center/h200/"
 _A100 = "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"
+_V100 = ("https://images.nvidia.com/content/technologies/volta/pdf/"
+         "volta-v100-datasheet-update-us-1165301-r5.pdf")
 _ADA = "https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-architecture.pdf"
 
 
@@ -233,9 +235,14 @@ def _peaks(*figures: PeakFigures) -> dict[str, PeakFigures]:
 # The keys are the names exactly as torch.cuda.get_device_name() prints them: one GPU family
 # ships under several names with different peaks (an H100 NVL is not an H100 SXM, an L40 is not
 # an L4), so matching parts of names would hand a GPU another one's figures. A GPU whose maker
-# publishes no datasheet (the A10G, built for AWS) is deliberately absent. The V100 is absent
-# too: the CUDA 13 wheels of PyTorch start at compute capability 7.5, which it is below.
+# publishes no datasheet (the A10G, built for AWS) is deliberately absent. The V100 (compute
+# capability 7.0) runs only PyTorch builds for CUDA 12 and older: the CUDA 13 builds start at 7.5.
 PEAK_TFLOPS: dict[str, PeakFigures] = _peaks(
+    # Volta has no TF32 and no bf16; 125 and 112 are its fp16 tensor-core rates.
+    *(PeakFigures(name, 15.7, None, None, 125.0, _V100)
+      for name in ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB")),
+    *(PeakFigures(name, 14.0, None, None, 112.0, _V100)
+      for name in ("Tesla V100-PCIE-16GB", "Tesla V100-PCIE-32GB")),
     # Turing (7.5) has no TF32 and no bf16; 65 is the fp16 tensor-core rate, fp32 accumulate.
     PeakFigures("Tesla T4", 8.1, None, None, 65.0,
                 "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/tesla-t4/"

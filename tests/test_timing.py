@@ -131,7 +131,9 @@ def test_flops_helpers():
         ("NVIDIA GeForce RTX 4090", "bf16", 165.2),
         ("nvidia h100 pcie ", "bf16", 756.0),  # case and surrounding spaces do not matter
         ("NVIDIA H100", "fp32", None),  # a partial name is not a GPU
-        ("Tesla V100-SXM2-16GB", "fp32", None),  # below compute capability 7.5
+        ("Tesla V100-SXM2-16GB", "fp32", 15.7),
+        ("Tesla V100-PCIE-32GB", "fp16", 112.0),
+        ("Tesla V100-PCIE-32GB", "tf32", None),
         ("Some Unknown GPU", "fp32", None),
     ],
 )
