@@ -159,3 +159,20 @@ def test_share_of_peak():
     assert share_of_peak(1.0, "mystery", "bf16") is None
     with pytest.raises(ValueError, match="unknown dtype"):
         peak_tflops("NVIDIA H100", "int8")
+
+
+def test_device_clock_waits_for_the_device_it_names(monkeypatch):
+    waited = []
+    monkeypatch.setattr(timing, "synchronize", lambda device=None: waited.append(device))
+    clock = timing.device_clock("cuda:1")
+    clock()
+    assert waited == [torch.device("cuda:1")]
+
+
+def test_benchmark_waits_for_its_own_device_before_each_reading(monkeypatch):
+    waited = []
+    monkeypatch.setattr(timing, "synchronize", lambda device=None: waited.append(device))
+    result = benchmark(lambda: None, device="cuda:1", warmup=1, min_run_time=0.01, min_runs=3)
+    # the warm-up's wait plus two clock readings per measurement, all on cuda:1
+    assert len(waited) >= 1 + 2 * result.runs
+    assert set(waited) == {torch.device("cuda:1")}
