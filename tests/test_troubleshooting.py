@@ -1,192 +1,971 @@
-"""The troubleshooting page (chapter 9) quotes PyTorch's messages word for word.
+"""The troubleshooting index (chapter 9) quotes PyTorch's messages word for word.
 
-Each message that can be produced on a machine without a GPU is produced here with the
-installed PyTorch and looked up in the page's code blocks; GPU-only messages are checked
-against the text compiled into the installed PyTorch libraries.
+Every entry of the page is proven here, by one of two checks, and the page says which:
+
+- *reproduced live*: the message is raised now, with the installed PyTorch, on the CPU, on the
+  ``meta`` device (which names ``meta`` where a GPU names ``cuda:0``), through DataLoader workers,
+  with a one-process gloo group, or in a spawned subprocess; the page must quote it exactly;
+- *found in installed files*: the message cannot be raised without a GPU (or an Apple GPU), so
+  its fixed text, cut at the parts that vary (sizes, device numbers), is looked up in the
+  files PyTorch installed: the string constants of its compiled libraries, the string literals
+  of its Python sources (where the varying parts must meet the template's placeholders), or
+  the CUDA runtime's own error strings, asked from ``libcudart`` live.
+
+``tests/test_troubleshooting_gpu.py`` reproduces the CUDA-only and MPS-only messages on such a
+machine. A failing check names the entry and prints what PyTorch prints now.
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
+import ctypes
+import functools
+import io
+import json
+import os
 import re
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-import torchmetrics
+import torch.nn.functional as F
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "chapters" / "09_troubleshooting.md"
-TORCH_LIB = Path(torch.__file__).parent / "lib"
-
-
-def _normalise(text: str) -> str:
-    return "\n".join(line.rstrip() for line in text.strip().splitlines())
-
-
-@pytest.fixture(scope="module")
-def quoted() -> list[str]:
-    """Every fenced code block of the page, trailing spaces removed."""
-    blocks = re.findall(r"```text\n(.*?)```", PAGE.read_text(), flags=re.S)
-    assert blocks, "the page quotes its messages in ```text blocks"
-    return [_normalise(b) for b in blocks]
-
-
-def _raised(fn) -> BaseException:
-    with pytest.raises(Exception) as info:
-        fn()
-    return info.value
-
-
-def _line(exc: BaseException) -> str:
-    """The last line of a traceback: ``ErrorType: message``."""
-    return _normalise(f"{type(exc).__name__}: {exc}")
-
-
-def _assert_quoted(quoted: list[str], text: str) -> None:
-    assert _normalise(text) in quoted, f"the page does not quote exactly:\n{text}"
-
-
-def _in_library(name: str, *fragments: str) -> None:
-    path = TORCH_LIB / name
-    if not path.exists():
-        pytest.skip(f"{name} is not part of this PyTorch build")
-    data = path.read_bytes()
-    for fragment in fragments:
-        assert fragment.encode() in data, f"{fragment!r} is not in {name}"
-
-
+SITE = Path(torch.__file__).resolve().parents[1]  # site-packages
+TORCH = SITE / "torch"
+LIB = TORCH / "lib"
 META = torch.device("meta")
+MIN_ENTRIES = 45
 
 
-def test_rnn_hidden_state_on_another_device(quoted):
-    rnn = nn.RNN(10, 5).to(META)
-    exc = _raised(lambda: rnn(torch.randn(4, 3, 10, device=META), torch.zeros(1, 3, 5)))
-    _assert_quoted(quoted, _line(exc))
-    # The GPU wording is the same sentence with the GPU's name in place of meta.
-    _assert_quoted(quoted, _line(exc).replace("meta", "cuda:0"))
+# -- reading the page -------------------------------------------------------------------------
+
+LABEL = re.compile(r"^\((err-[a-z0-9-]+)\)=$", re.M)
+MARK = re.compile(r"^\*Checked with torch (?P<version>[\w.+]+): (?P<how>[^*]+)\*$", re.M)
+KINDS = {"reproduced live": "live", "found in installed files": "files"}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def test_rnn_input_on_another_device_than_the_parameters(quoted):
-    rnn = nn.RNN(10, 5).to(META)
-    exc = _raised(lambda: rnn(torch.randn(4, 3, 10)))
-    _assert_quoted(quoted, _line(exc).replace("meta", "cuda:0"))
+def normalise(text: str) -> str:
+    """Trailing spaces and terminal colour codes (bold text) do not count."""
+    return "\n".join(line.rstrip() for line in ANSI.sub("", text).strip().splitlines())
 
 
-@pytest.mark.parametrize("first", ["cpu", "meta"])
-def test_tensor_not_on_the_expected_device(quoted, first):
-    second = "meta" if first == "cpu" else "cpu"
-    exc = _raised(lambda: torch.ones(3, device=second) + torch.ones(3, device=first))
-    _assert_quoted(quoted, _line(exc))
+@dataclass
+class Entry:
+    label: str
+    group: str
+    heading: str
+    blocks: list[str]
+    version: str
+    kind: str
+    how: str
+    text: str = field(repr=False)
 
 
-def test_same_device_message_as_a_gpu_prints_it(quoted):
+def read_entries() -> dict[str, Entry]:
+    text = PAGE.read_text()
+    found: dict[str, Entry] = {}
+    starts = [m.start() for m in LABEL.finditer(text)] + [len(text)]
+    for start, end in zip(starts, starts[1:], strict=False):
+        chunk = text[start:end]
+        label = LABEL.match(chunk).group(1)
+        assert label not in found, f"label {label} appears twice"
+        groups = re.findall(r"^## (.+)$", text[:start], re.M)
+        heading = re.search(r"^### (.+)$", chunk, re.M)
+        assert heading, f"[{label}] has no ### heading after its label"
+        mark = MARK.search(chunk)
+        assert mark, f"[{label}] has no '*Checked with torch X: ...*' line"
+        kind = next((k for words, k in KINDS.items() if mark["how"].startswith(words)), None)
+        assert kind, f"[{label}] says how it was checked in words the tests do not know"
+        blocks = [normalise(b) for b in re.findall(r"```text\n(.*?)```", chunk, flags=re.S)]
+        assert blocks, f"[{label}] quotes no message in a ```text block"
+        found[label] = Entry(label, groups[-1] if groups else "", heading[1].strip(), blocks,
+                             mark["version"], kind, mark["how"], chunk)
+    return found
+
+
+def type_name(cls: type) -> str:
+    """How a traceback names an exception class."""
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def line(exc: BaseException) -> str:
+    """The end of a traceback: ``ErrorType: message``."""
+    return normalise(f"{type_name(type(exc))}: {exc}")
+
+
+def pinned_torch() -> str:
+    match = re.search(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M)
+    assert match, "requirements.txt pins no torch"
+    return match[1]
+
+
+def on_pinned_torch() -> bool:
+    return torch.__version__.split("+")[0] == pinned_torch()
+
+
+# -- text inside installed files ----------------------------------------------------------------
+
+@functools.cache
+def rodata(path: Path) -> bytes:
+    """The read-only data sections of an ELF library: where its string constants live."""
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2, f"{path} is not a 64-bit ELF library"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+
+    def header(i: int) -> tuple[int, int, int]:
+        name, _, _, _, offset, size = struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+        return name, offset, size
+
+    _, names, _ = header(shstrndx)
+    parts = []
+    for i in range(shnum):
+        name_at, offset, size = header(i)
+        name = data[names + name_at:data.index(b"\0", names + name_at)]
+        if name.startswith(b".rodata"):
+            parts.append(data[offset:offset + size])
+    return b"\0".join(parts) if parts else data
+
+
+def pieces(quote: str, variables: list[str]) -> list[str | None]:
+    """The quote cut at its varying parts (given in order); None marks each cut."""
+    out: list[str | None] = []
+    rest = quote
+    for value in variables:
+        before, sep, rest = rest.partition(value)
+        assert sep, f"{value!r} is not in the quoted message (in this order)"
+        out += [before, None]
+    return out + [rest]
+
+
+def in_library(path: Path, quote: str, variables: list[str] = ()) -> None:
+    """Each fixed piece of the quote, between its varying parts, is in the library's strings.
+    C++ builds a message from several literals (``c10::str("a ", x, " b")``), so a piece may
+    be the concatenation of consecutive literals. It is covered from the left by the longest
+    text that ends a string constant (a NUL follows it) or, at a varying part, meets a
+    placeholder of a template (``{}``, ``%s``); every such chunk has at least 4 characters."""
+    if not path.exists():
+        pytest.skip(f"{path.name} is not part of this PyTorch build")
+    data = rodata(path)
+    cut = pieces(quote, list(variables))
+    for index, piece in enumerate(cut):
+        rest = (piece or "").encode()
+        shortest = 4 if index == 0 else 2  # a template's tail after a placeholder: ". "
+        while rest:
+            low, high = 0, len(rest)  # the longest prefix of rest found anywhere
+            while low < high:
+                mid = (low + high + 1) // 2
+                low, high = (mid, high) if rest[:mid] in data else (low, mid - 1)
+            ends = (b"\0", b"{", b"%") if low == len(rest) else (b"\0",)
+            while low >= min(shortest, len(rest)) and not any(rest[:low] + e in data for e in ends):
+                low -= 1
+                ends = (b"\0",)
+            assert low >= min(shortest, len(rest)), \
+                f"{rest.decode()!r} (from {piece!r}) is not in {path.name}"
+            shortest = 4
+            rest = rest[low:]
+
+
+PLACEHOLDER = r"(?:\{[^{}]*\}|%[-#0 +]*\d*(?:\.\d+)?[sdifrx])"
+
+
+@functools.cache
+def string_literals(path: Path) -> tuple[str, ...]:
+    """Every string literal of a Python file, each f-string field written ``{}``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.JoinedStr):
+            out.append("".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            out.append(node.value)
+    return tuple(out)
+
+
+def in_source(path: Path, quote: str, variables: list[str] = ()) -> None:
+    """A string literal of the file matches the quote, its placeholders ({} fields, %s) standing
+    where the quote's varying parts are."""
+    assert path.exists(), f"{path} is not installed"
+    regex = "".join(PLACEHOLDER if p is None else re.escape(p)
+                    for p in pieces(quote, list(variables)))
+    pattern = re.compile(regex, re.S)
+    assert any(pattern.search(s) for s in string_literals(path)), \
+        f"no string literal of {path.name} matches the quote:\n{quote}"
+
+
+def without_prefix(quote: str, cls: type) -> str:
+    prefix = f"{type_name(cls)}: "
+    assert quote.startswith(prefix), f"the quote should start with {prefix!r}"
+    return quote[len(prefix):]
+
+
+@functools.lru_cache(maxsize=1)
+def cudart() -> ctypes.CDLL:
+    paths = sorted((SITE / "nvidia").glob("**/libcudart.so*"))
+    if not paths:
+        pytest.skip("this PyTorch build installed no CUDA runtime")
+    lib = ctypes.CDLL(str(paths[0]))
+    lib.cudaGetErrorString.restype = lib.cudaGetErrorName.restype = ctypes.c_char_p
+    return lib
+
+
+CUDA_HELP = ("' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
+             "for more information.")
+CUDA_ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
+              "stacktrace below might be incorrect.\nFor debugging consider passing "
+              "CUDA_LAUNCH_BLOCKING=1")
+
+
+def cuda_error(entry: Entry, code: int, asynchronous: bool) -> None:
+    """A CUDA runtime error as PyTorch raises it: the runtime's own wording and name (asked from
+    the CUDA runtime installed with PyTorch, no GPU needed), then PyTorch's help lines, whose
+    fixed text is in libc10_cuda.so."""
+    lib = cudart()
+    words, name = lib.cudaGetErrorString(code).decode(), lib.cudaGetErrorName(code).decode()
+    lines = entry.blocks[0].splitlines()
+    assert issubclass(torch.AcceleratorError, RuntimeError)
+    assert lines[0] == f"{type_name(torch.AcceleratorError)}: CUDA error: {words}", \
+        f"the CUDA runtime words error {code} as: {words}"
+    assert lines[1] == f"Search for `{name}{CUDA_HELP}"
+    # The compiler copies this line from 16-byte pieces that overlap the next string, so the
+    # library holds it without its last two characters and without a NUL after it.
+    assert CUDA_HELP[:-2].encode() in rodata(LIB / "libc10_cuda.so")
+    if asynchronous:
+        assert "\n".join(lines[2:4]) == CUDA_ASYNC
+        in_library(LIB / "libc10_cuda.so", CUDA_ASYNC)
+    else:
+        assert len(lines) == 2
+
+
+# -- the checks, one per entry ----------------------------------------------------------------
+
+@dataclass
+class Check:
+    kind: str
+    fn: Callable
+
+
+CHECKS: dict[str, Check] = {}
+
+
+def live(label: str):
+    """fn() returns the message (or a list of messages) as PyTorch prints it now."""
+    def register(fn):
+        CHECKS[label] = Check("live", fn)
+        return fn
+    return register
+
+
+def files(label: str):
+    """fn(entry) checks the entry's quote against installed files."""
+    def register(fn):
+        CHECKS[label] = Check("files", fn)
+        return fn
+    return register
+
+
+def raised(fn: Callable, *, expected: type = Exception) -> BaseException:
+    try:
+        fn()
+    except expected as exc:  # noqa: PERF203
+        return exc
+    raise AssertionError("no exception was raised")
+
+
+def on_gpu_words(text: str) -> str:
+    """The meta device stands in for a GPU: the sentence a GPU prints names cuda:0 instead."""
+    return text.replace("meta", "cuda:0")
+
+
+# Tensors and modules on different devices
+
+@files("err-same-device")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_cpu.so", quote, ["cuda:0", "cpu"])
+    # PyTorch's tracer (fake tensors, used by torch.compile) mirrors the check word for word.
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    # Fake tensors mirror PyTorch's device check, with a CUDA device on any machine.
     with FakeTensorMode():
         a, b = torch.empty(3, device="cuda"), torch.empty(3)
-        exc = _raised(lambda: a + b)
-    _assert_quoted(quoted, f"RuntimeError: {exc}")
-    # ... and the compiled check prints the same sentence.
-    _in_library("libtorch_cpu.so",
-                "Expected all tensors to be on the same device, but found at least two devices, ")
+        assert str(raised(lambda: a + b)) == quote
 
 
-def test_same_device_message_naming_the_argument(quoted):
-    text = ("RuntimeError: Expected all tensors to be on the same device, but got mat1 is on cpu, "
-            "different from other tensors on cuda:0 (when checking argument in method "
-            "wrapper_CUDA_addmm)")
-    _assert_quoted(quoted, text)
-    _in_library("libtorch_cpu.so", "Expected all tensors to be on the same device, but got ",
-                ", different from other tensors on ", " (when checking argument in method ")
+@files("err-same-device-argument")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_cpu.so", quote, ["mat1", "cpu", "cuda:0", "wrapper_CUDA_addmm"])
 
 
-def test_convolution_input_and_weight_type(quoted):
-    page = PAGE.read_text()
-    assert ("Input type (torch.FloatTensor) and weight type (torch.cuda.FloatTensor) should be "
-            "the same or input should be a MKLDNN tensor and weight is a dense tensor") in page
-    _in_library("libtorch_cpu.so", "Input type (",
-                ") should be the same or input should be a MKLDNN tensor and weight is a dense tensor")
+@files("err-index-select")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_cpu.so", quote,
+               ["index", "cpu", "cuda:0", "wrapper_CUDA__index_select"])
 
 
-def test_numpy_of_a_device_tensor(quoted):
-    exc = _raised(lambda: torch.ones(2, device=META).numpy())
-    _assert_quoted(quoted, _line(exc).replace("meta", "cuda:0"))
+@files("err-conv-input-type")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_cpu.so", quote, ["torch.FloatTensor", "torch.cuda.FloatTensor"])
 
 
-def test_moving_a_meta_module(quoted):
-    exc = _raised(lambda: nn.Linear(2, 1).to(META).to("cpu"))
-    _assert_quoted(quoted, _line(exc))
+@live("err-rnn-hidden")
+def _():
+    rnn = nn.RNN(10, 5).to(META)
+    exc = raised(lambda: rnn(torch.randn(4, 3, 10, device=META), torch.zeros(1, 3, 5)))
+    return [on_gpu_words(line(exc)), line(exc)]
 
 
-def test_cuda_checkpoint_on_a_machine_without_cuda(quoted, tmp_path, monkeypatch):
+@live("err-rnn-input")
+def _():
+    rnn = nn.RNN(10, 5).to(META)
+    return on_gpu_words(line(raised(lambda: rnn(torch.randn(4, 3, 10)))))
+
+
+@files("err-torchmetrics-device")
+def _(entry):
+    import torchmetrics
+
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_source(Path(torchmetrics.__file__).parent / "metric.py", quote,
+              ["MulticlassAccuracy", "MulticlassAccuracy"])
+
+
+@files("err-dataparallel-device")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_source(TORCH / "nn" / "parallel" / "data_parallel.py", quote, ["cuda:0", "cpu"])
+
+
+@live("err-device-string")
+def _():
+    return line(raised(lambda: torch.device("gpu")))
+
+
+@live("err-meta-copy")
+def _():
+    return line(raised(lambda: nn.Linear(2, 1).to(META).to("cpu")))
+
+
+# CUDA runtime errors
+
+@files("err-device-side-assert")
+def _(entry):
+    cuda_error(entry, 710, asynchronous=True)
+
+
+@files("err-illegal-memory-access")
+def _(entry):
+    cuda_error(entry, 700, asynchronous=True)
+
+
+@files("err-no-kernel-image")
+def _(entry):
+    cuda_error(entry, 209, asynchronous=False)
+
+
+@files("err-stream-capture")
+def _(entry):
+    cuda_error(entry, 900, asynchronous=False)
+
+
+# Install, driver and architecture
+
+@live("err-no-driver")
+def _():
+    if torch.cuda.is_available() or not torch.version.cuda:
+        pytest.skip("needs a CUDA build of PyTorch on a machine without a GPU")
+    exc = raised(lambda: torch.zeros(1, device="cuda"))
+    if "NVIDIA driver" not in str(exc):
+        pytest.skip(f"this machine has a driver but no GPU: {exc}")
+    return line(exc)
+
+
+@files("err-not-compiled")
+def _(entry):
+    in_source(TORCH / "cuda" / "__init__.py", without_prefix(entry.blocks[0], AssertionError))
+
+
+@files("err-driver-too-old")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libc10_cuda.so", quote, ["12040"])
+
+
+@live("err-unsupported-gpu")
+def _():
+    # torch's own check, run for a Kaggle P100 (compute capability 6.0): only the name is given.
+    with pytest.MonkeyPatch.context() as m, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla P100-PCIE-16GB")
+        code_ccs = [int(a.removeprefix("sm_")) for a in torch.cuda.get_arch_list() if "sm_" in a]
+        torch.cuda._warn_unsupported_code(0, 60, code_ccs)
+    assert len(caught) == 1
+    return normalise(f"UserWarning: {caught[0].message}")
+
+
+@files("err-cuda-unknown-error")
+def _(entry):
+    in_library(LIB / "libc10_cuda.so", without_prefix(entry.blocks[0], UserWarning))
+
+
+@files("err-no-cuda-gpus")
+def _(entry):
+    in_library(LIB / "libc10_cuda.so", without_prefix(entry.blocks[0], RuntimeError))
+
+
+# DataLoader workers and multiprocessing
+
+@files("err-forked-cuda")
+def _(entry):
+    in_source(TORCH / "cuda" / "__init__.py", without_prefix(entry.blocks[0], RuntimeError))
+
+
+class Squares(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        return torch.ones(2) + torch.ones(3)  # a bug in the dataset, raised inside the worker
+
+
+@live("err-caught-in-worker")
+def _():
+    loader = torch.utils.data.DataLoader(Squares(), num_workers=1,
+                                         multiprocessing_context="fork")
+    exc = raised(lambda: next(iter(loader)))
+    return "\n".join(line(exc).splitlines()[:2])
+
+
+SUBPROCESS = textwrap.dedent("""
+    import json, sys
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, Dataset
+
+    class Squares(Dataset):
+        def __len__(self): return 4
+        def __getitem__(self, i): return i * i
+
+    out = {}
+    try:
+        list(DataLoader(Squares(), num_workers=1, multiprocessing_context="spawn"))
+    except RuntimeError as exc:  # the error, and the error it was raised from
+        out["loader"] = [f"{type(e).__name__}: {e}" for e in (exc.__cause__, exc)]
+    # torch.compile wraps the model; its import is slow, so it runs here, beside the tests.
+    compiled = torch.compile(nn.Linear(2, 1))  # compiles lazily: nothing is compiled here
+    try:
+        nn.Linear(2, 1).load_state_dict(compiled.state_dict())
+    except RuntimeError as exc:
+        out["compiled"] = str(exc)
+    print(json.dumps(out))
+""")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _subprocess_in_background():
+    """One subprocess, started before the first test and read when needed: a class defined in
+    __main__ of an interactive session (python -c, like a notebook) sent to a spawned worker
+    (the default on macOS and Windows), and a compiled model's state dict."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.Popen([sys.executable, "-c", SUBPROCESS], cwd=ROOT, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _background.append(proc)
+    yield
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+    _background.clear()
+
+
+_background: list[subprocess.Popen] = []
+
+
+@functools.lru_cache(maxsize=1)
+def background() -> tuple[dict, str]:
+    """What the background subprocess printed: its results, and its stderr (pids made fixed)."""
+    out, err = _background[0].communicate(timeout=300)
+    assert _background[0].returncode == 0, err
+    return json.loads(re.sub(r"\bpid(\(s\))? \d+", r"pid\1 12345", out)), err
+
+
+def error_line(stderr: str, start: str) -> str:
+    for text in stderr.splitlines():
+        if text.startswith(start):
+            return text
+    raise AssertionError(f"no line starting with {start!r} in:\n{stderr}")
+
+
+@live("err-spawn-main")
+def _():
+    return error_line(background()[1], "AttributeError: ")
+
+
+@live("err-worker-exited")
+def _():
+    return background()[0]["loader"]
+
+
+@files("err-worker-killed")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_python.so", quote, ["12345", "Bus error"])
+
+
+# Checkpoints and weights_only
+
+@live("err-deserialize-cuda")
+def _():
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA, so the checkpoint would load")
     import torch.serialization as serialization
 
-    # Write the file a GPU would write: its storages are tagged with the device cuda:0.
-    path = tmp_path / "gpu.pt"
-    with monkeypatch.context() as m:
+    # The file a GPU writes: its storages are tagged with the device cuda:0.
+    buffer = io.BytesIO()
+    with pytest.MonkeyPatch.context() as m:
         m.setattr(serialization, "location_tag", lambda storage: "cuda:0")
-        torch.save({"w": torch.ones(2)}, path)
-    exc = _raised(lambda: torch.load(path, weights_only=True))
-    _assert_quoted(quoted, _line(exc))
-    assert torch.equal(torch.load(path, map_location="cpu", weights_only=True)["w"], torch.ones(2))
+        torch.save({"w": torch.ones(2)}, buffer)
+    buffer.seek(0)
+    exc = raised(lambda: torch.load(buffer, weights_only=True))
+    buffer.seek(0)
+    assert torch.equal(torch.load(buffer, map_location="cpu", weights_only=True)["w"], torch.ones(2))
+    return line(exc)
 
 
-def test_module_prefix_in_a_state_dict(quoted):
+def _load_unsafe(obj) -> BaseException:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return raised(lambda: torch.load(buffer))
+
+
+@live("err-weights-only")
+def _():
+    return line(_load_unsafe({"model": {}, "args": argparse.Namespace(lr=0.1)}))
+
+
+@live("err-weights-only-numpy")
+def _():
+    exc = _load_unsafe({"model": {}, "best_accuracy": np.float64(0.98)})
+    return next(t.strip() for t in str(exc).splitlines() if "WeightsUnpickler error" in t)
+
+
+@live("err-module-prefix")
+def _():
     wrapped = nn.DataParallel(nn.Linear(2, 1))
-    exc = _raised(lambda: nn.Linear(2, 1).load_state_dict(wrapped.state_dict()))
-    _assert_quoted(quoted, _line(exc))
+    return line(raised(lambda: nn.Linear(2, 1).load_state_dict(wrapped.state_dict())))
 
 
-def test_no_nvidia_driver(quoted):
-    if torch.cuda.is_available() or not torch.version.cuda:
-        pytest.skip("needs a CUDA build of PyTorch on a machine without a GPU")
-    exc = _raised(lambda: torch.zeros(1, device="cuda"))
-    if "NVIDIA driver" not in str(exc):
-        pytest.skip(f"this machine has a driver but no GPU: {exc}")
-    _assert_quoted(quoted, _line(exc))
+@live("err-size-mismatch")
+def _():
+    return line(raised(lambda: nn.Linear(4, 3).load_state_dict(nn.Linear(4, 10).state_dict())))
 
 
-def test_torch_not_compiled_with_cuda(quoted):
-    source = (Path(torch.__file__).parent / "cuda" / "__init__.py").read_text()
-    assert 'AssertionError("Torch not compiled with CUDA enabled")' in source
-    _assert_quoted(quoted, "AssertionError: Torch not compiled with CUDA enabled")
+@live("err-zip-archive")
+def _():
+    buffer = io.BytesIO()
+    torch.save(nn.Linear(2, 2).state_dict(), buffer)
+    cut = io.BytesIO(buffer.getvalue()[:200])  # a download or a copy that stopped early
+    return line(raised(lambda: torch.load(cut, weights_only=True)))
 
 
-def test_torchmetrics_device_message(quoted):
-    class Failing(torchmetrics.classification.MulticlassAccuracy):
-        def update(self, preds, target):
-            # What PyTorch raises inside update() when the state and the input disagree.
-            raise RuntimeError("Expected all tensors to be on the same device, but found at "
-                               "least two devices, cuda:0 and cpu!")
+# Mixed precision and dtypes
 
-    Failing.__name__ = "MulticlassAccuracy"
-    metric = Failing(num_classes=3)
-    exc = _raised(lambda: metric.update(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)))
-    _assert_quoted(quoted, _line(exc))
+@live("err-mat1-mat2-dtype")
+def _():
+    return line(raised(lambda: nn.Linear(4, 2).half()(torch.ones(3, 4))))
 
 
-def test_cuda_out_of_memory(quoted):
-    oom = next(b for b in quoted if "CUDA out of memory" in b)
-    assert oom.startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate ")
-    assert issubclass(torch.cuda.OutOfMemoryError, RuntimeError)
-    assert torch.OutOfMemoryError is torch.cuda.OutOfMemoryError
-    _in_library("libc10_cuda.so", "CUDA out of memory. Tried to allocate ", ". GPU ",
-                " has a total capacity of ", " of which ", " memory in use. ",
-                "Of the allocated memory ", " is allocated by PyTorch, ",
-                " is reserved by PyTorch but unallocated.",
-                "If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF="
-                "expandable_segments:True to avoid fragmentation.  See documentation for Memory "
-                "Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html"
-                "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+@live("err-conv-bias-type")
+def _():
+    return line(raised(lambda: nn.Conv2d(1, 1, 3).half()(torch.ones(1, 1, 5, 5))))
 
 
-def test_links_point_to_chapters_that_exist():
-    links = re.findall(r"\]\(([^)]+\.(?:ipynb|md))\)", PAGE.read_text())
+@live("err-expected-scalar-type")
+def _():
+    batch = torch.from_numpy(np.ones((2, 3, 4)))  # NumPy's default float64
+    return line(raised(lambda: torch.bmm(batch, torch.ones(2, 4, 5))))
+
+
+@live("err-rnn-dtype")
+def _():
+    return line(raised(lambda: nn.LSTM(4, 2)(torch.from_numpy(np.ones((3, 1, 4))))))
+
+
+@live("err-target-dtype")
+def _():
+    return line(raised(lambda: F.cross_entropy(torch.ones(3, 4), torch.tensor([0.0, 1.0, 2.0]))))
+
+
+@live("err-half-overflow")
+def _():
+    scores = torch.zeros(2, 2, dtype=torch.half)
+    mask = torch.tensor([[True, False], [False, True]])
+    return line(raised(lambda: scores.masked_fill(mask, -1e9)))
+
+
+def _scaled_step(param: nn.Parameter, unscale_twice: bool = False) -> None:
+    opt = torch.optim.SGD([param], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    scaler.scale(param.float().sum()).backward()
+    scaler.unscale_(opt)
+    if unscale_twice:
+        scaler.unscale_(opt)
+
+
+@live("err-unscale-fp16")
+def _():
+    return line(raised(lambda: _scaled_step(nn.Parameter(torch.ones(2, dtype=torch.half)))))
+
+
+@live("err-unscale-twice")
+def _():
+    return line(raised(lambda: _scaled_step(nn.Parameter(torch.ones(2)), unscale_twice=True)))
+
+
+# Distributed training
+
+@live("err-default-process-group")
+def _():
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    return line(raised(lambda: dist.get_rank()))
+
+
+@live("err-env-rank")
+def _():
+    import torch.distributed as dist
+
+    with pytest.MonkeyPatch.context() as m:
+        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
+            m.delenv(name, raising=False)
+        return line(raised(lambda: dist.init_process_group("gloo")))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@live("err-address-in-use")
+def _():
+    from torch.distributed import TCPStore
+
+    port = free_port()
+    first = TCPStore("127.0.0.1", port, 1, True)
+    try:
+        exc = raised(lambda: TCPStore("127.0.0.1", port, 1, True))
+    finally:
+        del first
+    return line(exc).replace(f"port: {port},", "port: 29500,")
+
+
+class OneUnused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used, self.unused = nn.Linear(2, 1), nn.Linear(2, 1)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+@functools.lru_cache(maxsize=1)
+def ddp_messages() -> tuple[str, str]:
+    """A one-process gloo group (what torchrun starts, with one worker), set up and torn down."""
+    import torch.distributed as dist
+
+    store = torch.distributed.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        model = nn.parallel.DistributedDataParallel(OneUnused())
+        model(torch.ones(1, 2)).sum().backward()
+        unused = raised(lambda: model(torch.ones(1, 2)))
+        ids = raised(lambda: nn.parallel.DistributedDataParallel(nn.Linear(2, 1), device_ids=[0]))
+    finally:
+        dist.destroy_process_group()
+    return line(unused), line(ids)
+
+
+@live("err-ddp-unused-parameters")
+def _():
+    return ddp_messages()[0]
+
+
+@live("err-ddp-device-ids")
+def _():
+    return ddp_messages()[1]
+
+
+@files("err-nccl-timeout")
+def _(entry):
+    in_library(LIB / "libtorch_cuda.so", entry.blocks[0],
+               ["1", "ALLREDUCE", "2048", "2048", "600000", "600048"])
+
+
+@files("err-nccl-not-built")
+def _(entry):
+    in_source(TORCH / "distributed" / "distributed_c10d.py",
+              without_prefix(entry.blocks[0], RuntimeError))
+
+
+# torch.compile
+
+@live("err-compile-prefix")
+def _():
+    return f"RuntimeError: {background()[0]['compiled']}"
+
+
+@files("err-triton-gpu-too-old")
+def _(entry):
+    from torch._inductor.exc import GPUTooOldForTriton
+
+    # A ShortenTraceback: torch.compile re-raises it as it is, without wrapping it.
+    quote = without_prefix(entry.blocks[0], GPUTooOldForTriton)
+    in_source(TORCH / "_inductor" / "exc.py", quote, ["Tesla P100-PCIE-16GB", "6", "0"])
+
+
+@files("err-no-triton")
+def _(entry):
+    from torch._inductor.exc import TritonMissing
+
+    in_source(TORCH / "_inductor" / "exc.py", without_prefix(entry.blocks[0], TritonMissing))
+
+
+# Memory
+
+OOM_HELP = (" If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
+            "documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/"
+            "cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+
+
+def oom(entry: Entry, variables: list[str], *, must: list[str]) -> None:
+    quote = without_prefix(entry.blocks[0], torch.OutOfMemoryError)
+    assert issubclass(torch.OutOfMemoryError, RuntimeError)
+    assert torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
+    assert quote.endswith(OOM_HELP)
+    for words in must:
+        assert words in quote
+    in_library(LIB / "libc10_cuda.so", quote, variables)
+
+
+@files("err-cuda-oom")
+def _(entry):
+    oom(entry, ["2.00 GiB", "0", "14.74 GiB", "1.15 GiB", "13.58 GiB", "12.90 GiB",
+                "560.00 MiB"], must=["Including non-PyTorch memory, this process has "])
+    assert "Process " not in entry.blocks[0]
+
+
+@files("err-cuda-oom-other-process")
+def _(entry):
+    oom(entry, ["2.00 GiB", "0", "14.74 GiB", "1.15 GiB", "4242", "8.20 GiB", "5.38 GiB", "4.90 GiB",
+                "250.00 MiB"], must=["Process 4242 has 8.20 GiB memory in use. "])
+
+
+@files("err-cuda-oom-private-pools")
+def _(entry):
+    oom(entry, ["1.00 GiB", "0", "79.19 GiB", "812.00 MiB", "78.38 GiB", "77.90 GiB",
+                "6.00 GiB", "150.00 MiB"], must=[" allocated in private pools (e.g., CUDA Graphs), "])
+
+
+@files("err-cuda-oom-fraction")
+def _(entry):
+    oom(entry, ["8.00 GiB", "0", "79.19 GiB", "70.52 GiB", "8.67 GiB", "15.84 GiB",
+                "8.00 GiB", "20.00 MiB"], must=[" allowed; Of the allocated memory "])
+    # The opt-in preemptive rejection (throw_on_cudamalloc_oom), which the entry names too.
+    preemptive = re.search(r"`(CUDA out of memory\. Allocation was preemptively [^`]+ )\.\.\.`",
+                           entry.text)
+    assert preemptive, "the entry names the preemptive rejection's opening words"
+    in_library(LIB / "libc10_cuda.so", preemptive[1])
+
+
+@live("err-cpu-oom")
+def _():
+    return line(raised(lambda: torch.empty(2**50)))
+
+
+# Apple MPS (the messages are compiled only into macOS builds; PyTorch's own test suite, which
+# every build installs, quotes them, and tests/test_troubleshooting_gpu.py raises them on a Mac)
+
+TESTSUITE = TORCH / "testing" / "_internal"
+
+
+def in_testsuite(sentence: str) -> None:
+    for path in TESTSUITE.rglob("*.py"):
+        if sentence in path.read_text(errors="replace"):
+            return
+    raise AssertionError(f"PyTorch's installed test suite does not quote: {sentence}")
+
+
+@files("err-mps-float64")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], TypeError)
+    in_testsuite(quote.split(". Please use float32 instead.")[0])
+
+
+@files("err-mps-not-implemented")
+def _(entry):
+    quote = without_prefix(entry.blocks[0], NotImplementedError)
+    first = quote.split(". ")[0]
+    in_testsuite(first)
+
+
+@files("err-mps-pin-memory")
+def _(entry):
+    in_source(TORCH / "utils" / "data" / "dataloader.py", without_prefix(entry.blocks[0], UserWarning))
+
+
+# The book's trainers
+
+@live("err-lightning-no-gpu")
+def _():
+    import lightning as L
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    return line(raised(lambda: L.Trainer(accelerator="gpu", logger=False)))
+
+
+@live("err-lightning-gpus")
+def _():
+    import lightning as L
+
+    return line(raised(lambda: L.Trainer(gpus=1)))
+
+
+@files("err-lightning-tensor-cores")
+def _(entry):
+    import lightning
+
+    in_source(Path(lightning.__file__).parent / "fabric" / "accelerators" / "cuda.py",
+              entry.blocks[0], ["'NVIDIA H100 80GB HBM3'"])
+
+
+@live("err-torchkeras-model")
+def _():
+    import torchkeras
+
+    return line(raised(lambda: torchkeras.Model))
+
+
+# NumPy interop
+
+@live("err-numpy-cuda")
+def _():
+    return on_gpu_words(line(raised(lambda: torch.ones(2, device=META).numpy())))
+
+
+@live("err-numpy-requires-grad")
+def _():
+    return line(raised(lambda: torch.ones(2, requires_grad=True).numpy()))
+
+
+@live("err-numpy-object")
+def _():
+    return line(raised(lambda: torch.tensor(np.array([1.5, "2.5"], dtype=object))))
+
+
+@live("err-item-several-elements")
+def _():
+    return [line(raised(lambda: torch.ones(2).item())), line(raised(lambda: float(torch.ones(2))))]
+
+
+@live("err-numpy-not-writable")
+def _():
+    array = np.ones(3)
+    array.flags.writeable = False  # what np.frombuffer and some image readers hand out
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.from_numpy(array)
+    return normalise(f"UserWarning: {caught[0].message}")
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def page() -> dict[str, Entry]:
+    return read_entries()
+
+
+# The entries that read the background subprocess come last, so that it runs beside the others.
+LATE = ("err-spawn-main", "err-worker-exited", "err-compile-prefix")
+
+
+@pytest.mark.parametrize("label", sorted(set(CHECKS) - set(LATE)) + list(LATE))
+def test_entry(label: str, page: dict[str, Entry]) -> None:
+    assert label in page, f"[{label}] is checked here but the page has no such entry"
+    entry = page[label]
+    check = CHECKS[label]
+    assert entry.kind == check.kind, \
+        f"[{label}] the page says '{entry.how}', the test {check.kind} checks it"
+    assert entry.version == pinned_torch(), \
+        f"[{label}] checked with torch {entry.version}; the book pins torch {pinned_torch()}"
+    if check.kind == "files":
+        try:
+            check.fn(entry)
+        except AssertionError as exc:
+            raise AssertionError(f"[{label}] {entry.heading}\n{exc}") from None
+        return
+    printed = check.fn()
+    for text in printed if isinstance(printed, list) else [printed]:
+        text = normalise(text)
+        if text in entry.blocks:
+            continue
+        message = (f"[{label}] {entry.heading}\ntorch {torch.__version__} prints now:\n{text}\n"
+                   f"the page quotes:\n" + "\n--\n".join(entry.blocks))
+        if on_pinned_torch():
+            pytest.fail(message)
+        pytest.skip(f"the page documents torch {pinned_torch()}; {message}")
+
+
+def test_every_entry_is_checked(page: dict[str, Entry]) -> None:
+    unchecked = sorted(set(page) - set(CHECKS))
+    assert not unchecked, f"entries without a check: {unchecked}"
+    assert len(page) >= MIN_ENTRIES, f"the index has {len(page)} entries"
+
+
+def test_contents_list_links_every_entry_under_its_group(page: dict[str, Entry]) -> None:
+    text = PAGE.read_text()
+    contents = text[:text.index("\n## ")]
+    for entry in page.values():
+        assert f"<{entry.label}>`" in contents, f"the contents list does not link {entry.label}"
+    groups = re.findall(r"^## (.+)$", text, re.M)
+    assert len(groups) >= 10
+    for group in groups:
+        label = re.search(rf"^\((grp-[a-z-]+)\)=\n## {re.escape(group)}$", text, re.M)
+        assert label, f"group {group!r} has no (grp-...)= label"
+        assert f"<{label[1]}>`" in contents, f"the contents list does not link {group!r}"
+
+
+def test_one_short_paragraph_per_entry(page: dict[str, Entry]) -> None:
+    for entry in page.values():
+        prose = re.sub(r"```text\n.*?```", "", entry.text, flags=re.S)
+        prose = "\n".join(t for t in prose.splitlines()
+                          if t and not t.startswith(("(err-", "(grp-", "#", "*Checked")))
+        assert len(prose.split()) <= 110, f"[{entry.label}] explains in {len(prose.split())} words"
+        assert "{doc}`" in prose, f"[{entry.label}] links no chapter"
+
+
+def test_links_point_to_chapters_that_exist() -> None:
+    links = re.findall(r"\{doc\}`[^`<]*<([^>]+)>`", PAGE.read_text())
     assert links
     toc = (ROOT / "_toc.yml").read_text()
     for link in set(links):
-        assert f"chapters/{Path(link).stem}" in toc, f"{link} is not in the table of contents"
+        assert f"chapters/{link}" in toc, f"{link} is not in the table of contents"
+        assert (ROOT / "chapters" / f"{link}.ipynb").exists()
