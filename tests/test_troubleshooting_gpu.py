@@ -1,0 +1,200 @@
+"""The troubleshooting entries (chapter 9) whose messages need a CUDA GPU or an Apple GPU,
+raised there and compared with the page. Skipped on machines without one; on the CPU,
+tests/test_troubleshooting.py finds the same messages in torch's installed files.
+
+The tests name their device explicitly (cuda:0, as the page's quotes do), so a BOOK_DEVICE
+setting cannot change what they compare."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from tests.test_troubleshooting import ROOT, line, normalise, read_entries
+
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+MPS = pytest.mark.skipif(not torch.backends.mps.is_available(), reason="needs an Apple GPU")
+GPU = torch.device("cuda:0")
+
+GPU_TESTED: set[str] = set()  # the entries the page marks "GPU test"
+
+
+def entry_test(label: str, mark):
+    def register(fn):
+        GPU_TESTED.add(label)
+        return mark(pytest.mark.parametrize("label", [label])(fn))
+    return register
+
+
+@pytest.fixture(scope="module")
+def page():
+    return read_entries()
+
+
+def raised(fn) -> BaseException:
+    with pytest.raises(Exception) as info:
+        fn()
+    return info.value
+
+
+def assert_quoted(page, label: str, text: str) -> None:
+    entry = page[label]
+    assert normalise(text) in entry.blocks, \
+        f"[{label}] {entry.heading}\ntorch {torch.__version__} prints now:\n{text}"
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """Errors that leave the CUDA context unusable (device-side asserts) or need a fresh process
+    (fork) run in their own process."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+
+
+# Tensors and modules on different devices
+
+@entry_test("err-same-device", CUDA)
+def test_two_devices_in_one_operation(page, label):
+    assert_quoted(page, label, line(raised(lambda: torch.ones(3, device=GPU) + torch.ones(3))))
+
+
+@entry_test("err-same-device-argument", CUDA)
+def test_linear_on_the_gpu_batch_on_the_cpu(page, label):
+    model = nn.Linear(4, 2).to(GPU)
+    assert_quoted(page, label, line(raised(lambda: model(torch.ones(3, 4)))))
+
+
+@entry_test("err-index-select", CUDA)
+def test_embedding_ids_on_the_cpu(page, label):
+    embedding = nn.Embedding(5, 2).to(GPU)
+    assert_quoted(page, label, line(raised(lambda: embedding(torch.tensor([1, 2])))))
+
+
+@entry_test("err-conv-input-type", CUDA)
+def test_convolution_on_the_gpu_batch_on_the_cpu(page, label):
+    conv = nn.Conv2d(1, 1, 3).to(GPU)
+    assert_quoted(page, label, line(raised(lambda: conv(torch.ones(1, 1, 5, 5)))))
+
+
+@entry_test("err-rnn-hidden", CUDA)
+def test_rnn_hidden_state_on_the_cpu(page, label):
+    rnn = nn.RNN(10, 5).to(GPU)
+    exc = raised(lambda: rnn(torch.randn(4, 3, 10, device=GPU), torch.zeros(1, 3, 5)))
+    assert_quoted(page, label, line(exc))
+
+
+@entry_test("err-rnn-input", CUDA)
+def test_rnn_input_on_the_cpu(page, label):
+    rnn = nn.RNN(10, 5).to(GPU)
+    assert_quoted(page, label, line(raised(lambda: rnn(torch.randn(4, 3, 10)))))
+
+
+@entry_test("err-numpy-cuda", CUDA)
+def test_numpy_of_a_gpu_tensor(page, label):
+    assert_quoted(page, label, line(raised(lambda: torch.ones(2, device=GPU).numpy())))
+
+
+# CUDA runtime errors
+
+@entry_test("err-device-side-assert", CUDA)
+def test_device_side_assert(page, label):
+    run = run_python("""
+        import torch
+                logits = torch.zeros(4, 10, device="cuda:0")
+        labels = torch.tensor([1, 2, 12, 3], device="cuda:0")  # 12 is not a class
+        loss = F.cross_entropy(logits, labels)
+        torch.cuda.synchronize("cuda:0")
+        print(loss.item())
+    """)
+    assert run.returncode != 0
+    # The page quotes the first lines; PyTorch adds one on device-side assertion tracking.
+    assert page[label].blocks[0] in normalise(run.stderr), \
+        f"[{label}] torch {torch.__version__} prints now:\n{run.stderr[-3000:]}"
+
+
+# Memory
+
+def size_pattern(quote: str) -> re.Pattern:
+    """The quote with its sizes (and the GPU's other processes, which vary) left open."""
+    regex = re.escape(quote)
+    # c10's format_size: "12.90 GiB", "360.00 MiB", "2.50 KiB", or "512 bytes" up to 1 MiB.
+    regex = re.sub(r"\d+\\\.\d+\\ [KMG]iB", r"(?:\\d+\\.\\d+ [KMG]iB|\\d+ bytes)", regex)
+    regex = regex.replace(re.escape("Including non-PyTorch"),
+                          r"(?:Process \d+ has \S+ \S+ memory in use\. )*Including non-PyTorch")
+    return re.compile(regex)
+
+
+@entry_test("err-cuda-oom", CUDA)
+def test_cuda_out_of_memory(page, label):
+    total = torch.cuda.get_device_properties(GPU).total_memory
+    exc = raised(lambda: torch.empty(total * 2, dtype=torch.uint8, device=GPU))
+    assert isinstance(exc, torch.OutOfMemoryError)
+    assert size_pattern(page[label].blocks[0]).fullmatch(line(exc)), \
+        f"[{label}] torch {torch.__version__} prints now:\n{line(exc)}"
+
+
+@entry_test("err-cuda-oom-fraction", CUDA)
+def test_cuda_out_of_memory_under_a_memory_fraction(page, label):
+    total = torch.cuda.get_device_properties(GPU).total_memory
+    torch.cuda.set_per_process_memory_fraction(0.05, GPU)
+    try:
+        exc = raised(lambda: torch.empty(total // 10, dtype=torch.uint8, device=GPU))
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0, GPU)
+    assert isinstance(exc, torch.OutOfMemoryError)
+    assert size_pattern(page[label].blocks[0]).fullmatch(line(exc)), \
+        f"[{label}] torch {torch.__version__} prints now:\n{line(exc)}"
+
+
+# DataLoader workers and multiprocessing
+
+@entry_test("err-forked-cuda", CUDA)
+def test_cuda_in_a_forked_child(page, label):
+    run = run_python("""
+        import multiprocessing as mp
+        import torch
+
+        def child():
+            try:
+                torch.zeros(1, device="cuda:0")
+            except RuntimeError as exc:
+                print(f"{type(exc).__name__}: {exc}")
+
+        torch.zeros(1, device="cuda:0")  # CUDA starts in the parent
+        p = mp.get_context("fork").Process(target=child)
+        p.start()
+        p.join()
+    """)
+    assert run.returncode == 0, run.stderr
+    assert_quoted(page, label, run.stdout.strip())
+
+
+# Apple MPS
+
+@entry_test("err-mps-float64", MPS)
+def test_mps_float64(page, label):
+    exc = raised(lambda: torch.ones(2, dtype=torch.float64).to("mps"))
+    assert_quoted(page, label, line(exc))
+
+
+@entry_test("err-mps-not-implemented", MPS)
+def test_mps_operator_not_implemented(page, label, monkeypatch):
+    monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
+    try:
+        torch.special.airy_ai(torch.ones(2, device="mps"))
+    except NotImplementedError as exc:
+        quoted = page[label].blocks[0].removesuffix(" ...")
+        assert line(exc).startswith(quoted), \
+            f"[{label}] torch {torch.__version__} prints now:\n{line(exc)}"
+    else:
+        pytest.fail(f"[{label}] this torch runs airy_ai on MPS: quote another operator")
+
+
+def test_every_gpu_tested_entry_says_so() -> None:
+    marked = {label for label, entry in read_entries().items() if entry.how.endswith("GPU test")}
+    assert marked == GPU_TESTED, (sorted(marked - GPU_TESTED), sorted(GPU_TESTED - marked))
