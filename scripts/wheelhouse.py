@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -51,9 +52,31 @@ def pinned_versions() -> dict[str, str]:
     return pins
 
 
-def build_helpers_wheel(out: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                    "--no-build-isolation", "-w", str(out), str(ROOT)], check=True)
+#: What the helpers wheel is built from (pyproject.toml's package data included).
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "helpers")
+
+
+def build_helpers_wheel(out: Path, source: Path = ROOT) -> Path:
+    """Build the helpers wheel into ``out`` from a fresh copy of its sources.
+
+    setuptools builds in a ``build/`` folder beside pyproject.toml and reuses what it finds
+    there: built in the checkout, the wheel would leave ``build/`` behind and could ship a
+    module that has since been deleted from ``helpers/``. A fresh copy (symbolic links such as
+    ``helpers/_results`` followed) has neither problem.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="helpers-wheel-") as tmp:
+        clean = Path(tmp) / "src"
+        clean.mkdir()
+        for name in WHEEL_SOURCES:
+            src = source / name
+            if src.is_dir():
+                shutil.copytree(src, clean / name, ignore=shutil.ignore_patterns(
+                    "__pycache__", "*.pyc", "*.egg-info"))
+            else:
+                shutil.copy2(src, clean / name)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                        "--no-build-isolation", "-w", str(out), str(clean)], check=True)
     wheels = sorted(out.glob("pytorch_on_the_gpu_helpers-*.whl"))
     if not wheels:
         raise SystemExit("building the helpers wheel produced no file")

@@ -4,17 +4,26 @@ setup cell installs `helpers` from a built package (not from the repository fold
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from tests.conftest import ROOT
+
+
+def _wheelhouse():
+    spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "scripts" / "wheelhouse.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
 
@@ -40,9 +49,8 @@ def run(cmd, **kwargs):
 def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     # 1. Build the package the way a user gets it: a wheel, not the source folder.
     dist = tmp_path / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "-w", str(dist), str(ROOT)])
-    (wheel,) = dist.glob("pytorch_on_the_gpu_helpers-*.whl")
+    wheel = _wheelhouse().build_helpers_wheel(dist)
+    assert [p.name for p in dist.iterdir()] == [wheel.name]
 
     # 2. A clean environment: its own interpreter, torch & co. visible as Colab's are
     #    pre-installed, but no helpers (the project's editable install is not carried over).
@@ -100,3 +108,28 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
               and "raises-exception" not in c.metadata.get("tags", [])
               for o in c.outputs if o.get("output_type") == "error"]
     assert not errors
+
+
+def test_the_wheel_is_built_from_a_clean_copy(tmp_path):
+    # A source tree whose build/ still holds a module deleted from helpers/ since the last build.
+    source = tmp_path / "book"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "helpers", source / "helpers",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    ghost = source / "build" / "lib" / "helpers" / "deleted_module.py"
+    ghost.parent.mkdir(parents=True)
+    ghost.write_text("GHOST = True\n")
+    before = sorted(p.relative_to(source) for p in source.rglob("*"))
+
+    wheel = _wheelhouse().build_helpers_wheel(tmp_path / "dist", source=source)
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "helpers/deleted_module.py" not in names
+    shipped = {n for n in names if n.startswith("helpers/") and n.endswith(".py")}
+    expected = {p.relative_to(source).as_posix() for p in (source / "helpers").rglob("*.py")}
+    assert shipped == expected
+    assert any(n.startswith("helpers/_results/") and n.endswith(".json") for n in names)
+    assert sorted(p.relative_to(source) for p in source.rglob("*")) == before, \
+        "building the wheel wrote into the source tree"
