@@ -7,12 +7,14 @@ import functools
 import http.server
 import threading
 from pathlib import Path
+from urllib.parse import quote_plus
 
 import nbformat
 import pytest
 
 from tests.conftest import BUILD, ROOT, STAGE
 from tests.test_notebooks import repository_url, toc_files
+from tests.test_troubleshooting import read_entries
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -108,14 +110,37 @@ def test_page_renders(file, server, browser):
         page.close()
 
 
-def test_search_finds_the_troubleshooting_page(server, browser):
-    if not any("troubleshooting" in f for f in toc_files()):
-        pytest.skip("no troubleshooting page in the table of contents")
+# Five messages a reader pastes into the search box; each must lead to its entry.
+SEARCHED = ["err-forked-cuda", "err-numpy-requires-grad", "err-default-process-group",
+            "err-weights-only", "err-mat1-mat2-dtype"]
+TROUBLESHOOTING = "chapters/09_troubleshooting"
+
+
+@pytest.mark.parametrize("label", SEARCHED)
+def test_search_lands_on_the_troubleshooting_entry(label, server, browser):
+    if TROUBLESHOOTING not in toc_files():
+        pytest.fail("the troubleshooting page is not in the table of contents")
+    heading = read_entries()[label].heading.replace("`", "")  # the message, as a reader pastes it
     page = browser.new_page()
     try:
-        page.goto(f"{server}/search.html?q=device", wait_until="load")
-        page.wait_for_selector("#search-results a", timeout=30_000)
+        page.goto(f"{server}/search.html?q={quote_plus(heading)}", wait_until="load")
+        page.wait_for_selector("#search-results .search-summary", timeout=60_000)
         links = page.eval_on_selector_all("#search-results a", "els => els.map(e => e.href)")
-        assert any("troubleshooting" in href for href in links), links
+        hits = [h for h in links if f"{TROUBLESHOOTING}.html#" in h]
+        assert hits, f"searching {heading!r} found no entry of the troubleshooting page: {links}"
+        page.goto(hits[0], wait_until="load")
+        # The result's anchor is the entry's section (whose heading id the search index uses);
+        # the section also holds the entry's stable label.
+        landed = page.evaluate(
+            """(label) => {
+                const target = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+                const section = target && target.closest("section");
+                if (!section) return null;
+                const labelled = section.id === label || section.querySelector("#" + label);
+                return labelled ? section.querySelector("h3").innerText : null;
+            }""", label)
+        assert landed is not None, f"{hits[0]} does not lead to the entry {label}"
+        assert heading in landed.replace("\u00b6", "").strip()
+        page.screenshot(path=str(SHOTS / f"search-{label}.png"))
     finally:
         page.close()
