@@ -147,7 +147,13 @@ def _read(path: Path, location: torch.device | str) -> Any:
         reason = next((line.strip() for line in str(exc).splitlines()
                        if "Unsupported global" in line), None)
         if reason is None:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {exc!s:.200}") from None
+            # Only the unpickler's own words: torch's text around them suggests turning
+            # weights_only off, which is the wrong advice for a damaged file.
+            detail = str(exc).split("WeightsUnpickler error:", 1)[-1]
+            detail = detail.split("Check the documentation", 1)[0].strip() or type(exc).__name__
+            raise CheckpointError(f"checkpoint {path} is corrupt or not a checkpoint (the "
+                                  f"unpickler stopped at: {detail:.200}). Save it again, or "
+                                  "copy it again.") from None
         raise CheckpointError(
             f"checkpoint {path} contains a Python object that a weights-only load refuses, because "
             f"unpickling it could run code ({reason}). Save only tensors and plain values (a "
@@ -177,8 +183,13 @@ def load_checkpoint(
     weight.
     """
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a checkpoint file: pass the file's path")
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if map_location is not None and torch.device(map_location).type == "meta":
+        raise CheckpointError(f"map_location={str(map_location)!r} would load {path} without its "
+                              "data: give the device of the model, or leave map_location out.")
     target = unwrap(model)
     if _meta_tensors(target.state_dict()):
         raise CheckpointError(

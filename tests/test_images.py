@@ -130,15 +130,53 @@ def test_paths_that_leave_the_folder_are_refused_with_the_row(folder, tmp_path, 
         CsvImageDataset(missing)
 
 
-def test_a_symlink_out_of_the_folder_is_refused(folder, tmp_path):
-    (tmp_path / "secret.png").write_bytes((folder / "images" / "00005.png").read_bytes())
-    link = folder / "images" / "link.png"
-    link.symlink_to(tmp_path / "secret.png")
-    try:
-        with pytest.raises(ImageRowError, match="leaves"):
-            CsvImageDataset(_csv(folder, "path,label\nimages/link.png,1\n", name="link.csv"))
-    finally:
-        link.unlink()
+def test_a_symlink_out_of_the_folder_is_named_and_can_be_allowed(tmp_path, folder):
+    # A common layout: images/ is a link to a bigger disk.
+    disk = tmp_path / "big-disk"
+    disk.mkdir()
+    (disk / "a.png").write_bytes((folder / "images" / "00005.png").read_bytes())
+    book = tmp_path / "ds"
+    book.mkdir()
+    (book / "images").symlink_to(disk)
+    csv_path = _csv(book, "path,label\nimages/a.png,1\n", name="link.csv")
+    with pytest.raises(ImageRowError, match=r"link\.csv, line 2: the path 'images/a\.png' leads "
+                                            r"out of .* through a symbolic link .*follow_links"):
+        CsvImageDataset(csv_path)
+    assert CsvImageDataset(csv_path, follow_links=True)[0][1] == 1
+
+
+def test_a_link_made_after_the_dataset_is_not_followed(tmp_path, folder):
+    ds_dir = tmp_path / "ds"
+    (ds_dir / "images").mkdir(parents=True)
+    target = ds_dir / "images" / "a.png"
+    target.write_bytes((folder / "images" / "00005.png").read_bytes())
+    ds = CsvImageDataset(_csv(ds_dir, "path,label\nimages/a.png,1\n"))
+    elsewhere = tmp_path / "elsewhere.png"
+    target.rename(elsewhere)
+    target.symlink_to(elsewhere)
+    with pytest.raises(ImageRowError, match=r"line 2: .*a\.png became a symbolic link"):
+        ds[0]
+
+
+def test_a_16_bit_png_opened_as_mode_i_is_scaled_too(tmp_path, monkeypatch):
+    # Pillow before 10.3 opens 16-bit greyscale PNGs as mode "I".
+    import numpy as np
+    from PIL import Image
+
+    ramp = (np.arange(28 * 28, dtype=np.uint32).reshape(28, 28) * 83).astype(np.uint16)
+    Image.fromarray(ramp).save(tmp_path / "deep.png")
+    real_open = Image.open
+
+    def open_as_old_pillow(path, *args, **kwargs):
+        img = real_open(path, *args, **kwargs)
+        old = img.convert("I")
+        old.format = img.format
+        return old
+
+    monkeypatch.setattr(Image, "open", open_as_old_pillow)
+    image, _ = CsvImageDataset(_csv(tmp_path, "path,label\ndeep.png,0\n"))[0]
+    assert (image == 1.0).float().mean() < 0.01
+    assert abs(image.max().item() - ramp.max() / 65535) < 1 / 255
 
 
 def test_a_16_bit_png_is_scaled_not_saturated(tmp_path):
