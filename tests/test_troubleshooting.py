@@ -474,6 +474,29 @@ SUBPROCESS = textwrap.dedent("""
         nn.Linear(2, 1).load_state_dict(compiled.state_dict())
     except RuntimeError as exc:
         out["compiled"] = str(exc)
+    # DistributedDataParallel in a one-process gloo group (what torchrun starts, with one
+    # worker); its first construction is slow too.
+    import torch.distributed as dist
+
+    class OneUnused(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = nn.Linear(2, 1), nn.Linear(2, 1)
+
+        def forward(self, x):
+            return self.used(x)
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    model = nn.parallel.DistributedDataParallel(OneUnused())
+    model(torch.ones(1, 2)).sum().backward()
+    for key, call in [("unused", lambda: model(torch.ones(1, 2))),
+                      ("device_ids", lambda: nn.parallel.DistributedDataParallel(
+                          nn.Linear(2, 1), device_ids=[0]))]:
+        try:
+            call()
+        except (RuntimeError, ValueError) as exc:
+            out[key] = f"{type(exc).__name__}: {exc}"
+    dist.destroy_process_group()
     print(json.dumps(out))
 """)
 
@@ -482,7 +505,8 @@ SUBPROCESS = textwrap.dedent("""
 def _subprocess_in_background():
     """One subprocess, started before the first test and read when needed: a class defined in
     __main__ of an interactive session (python -c, like a notebook) sent to a spawned worker
-    (the default on macOS and Windows), and a compiled model's state dict."""
+    (the default on macOS and Windows), a compiled model's state dict, and DDP in a
+    one-process gloo group."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.Popen([sys.executable, "-c", SUBPROCESS], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -678,40 +702,14 @@ def _():
     return line(exc).replace(f"port: {port},", "port: 29500,")
 
 
-class OneUnused(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.used, self.unused = nn.Linear(2, 1), nn.Linear(2, 1)
-
-    def forward(self, x):
-        return self.used(x)
-
-
-@functools.lru_cache(maxsize=1)
-def ddp_messages() -> tuple[str, str]:
-    """A one-process gloo group (what torchrun starts, with one worker), set up and torn down."""
-    import torch.distributed as dist
-
-    store = torch.distributed.HashStore()
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    try:
-        model = nn.parallel.DistributedDataParallel(OneUnused())
-        model(torch.ones(1, 2)).sum().backward()
-        unused = raised(lambda: model(torch.ones(1, 2)))
-        ids = raised(lambda: nn.parallel.DistributedDataParallel(nn.Linear(2, 1), device_ids=[0]))
-    finally:
-        dist.destroy_process_group()
-    return line(unused), line(ids)
-
-
 @live("err-ddp-unused-parameters")
 def _():
-    return ddp_messages()[0]
+    return background()[0]["unused"]
 
 
 @live("err-ddp-device-ids")
 def _():
-    return ddp_messages()[1]
+    return background()[0]["device_ids"]
 
 
 @files("err-nccl-timeout")
@@ -906,7 +904,8 @@ def page() -> dict[str, Entry]:
 
 
 # The entries that read the background subprocess come last, so that it runs beside the others.
-LATE = ("err-spawn-main", "err-worker-exited", "err-compile-prefix")
+LATE = ("err-spawn-main", "err-worker-exited", "err-compile-prefix", "err-ddp-unused-parameters",
+        "err-ddp-device-ids")
 
 
 @pytest.mark.parametrize("label", sorted(set(CHECKS) - set(LATE)) + list(LATE))
