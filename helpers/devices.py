@@ -91,10 +91,13 @@ def has_gpu() -> bool:
 
 
 def _did_you_mean(text: str) -> str:
-    # PyTorch has no "gpu" device type; NVIDIA (and ROCm) GPUs are called "cuda".
+    # PyTorch has no "gpu" device type. Suggest this machine's accelerator type: "cuda" for
+    # NVIDIA (and ROCm) GPUs, "mps" on a Mac, "xpu" for Intel GPUs; "cuda" where there is none.
     kind, sep, rest = text.lower().partition(":")
     if kind.startswith("gpu"):
-        return f"there is no 'gpu' device type: did you mean {'cuda' + sep + rest!r}?"
+        here = next((k for k in _ACCELERATOR_ORDER if _type_available(k)), "cuda")
+        suggestion = "mps" if here == "mps" else here + sep + rest
+        return f"there is no 'gpu' device type: did you mean {suggestion!r}?"
     return ""
 
 

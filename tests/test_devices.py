@@ -66,6 +66,12 @@ def test_gpu_gets_a_did_you_mean_hint(bad, hint, monkeypatch):
         best_device()
 
 
+def test_gpu_on_a_mac_suggests_mps(monkeypatch):
+    monkeypatch.setattr(devices, "_type_available", lambda kind: kind in ("mps", "cpu"))
+    with pytest.raises(ValueError, match="did you mean 'mps'"):
+        devices.resolve_device("gpu")
+
+
 @pytest.mark.parametrize("bad", ["gpu", "cuda:x", "banana"])
 def test_unknown_device_string_lists_what_exists(bad):
     with pytest.raises(ValueError) as err:
