@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import functools
 import http.server
+import json
+import re
 import threading
 from pathlib import Path
 from urllib.parse import quote_plus
@@ -144,3 +146,20 @@ def test_search_lands_on_the_troubleshooting_entry(label, server, browser):
         page.screenshot(path=str(SHOTS / f"search-{label}.png"))
     finally:
         page.close()
+
+
+def test_search_index_holds_every_troubleshooting_entry(built_book):
+    """Every entry's heading is a title in Sphinx's search index, linked to its section, so the
+    search box can land on any of them (the browser test above tries five)."""
+    text = (built_book / "searchindex.js").read_text()
+    index = json.loads(text[text.index("(") + 1:text.rindex(")")])
+    doc = index["docnames"].index(TROUBLESHOOTING)
+    html = (built_book / f"{TROUBLESHOOTING}.html").read_text()
+    for label, entry in read_entries().items():
+        title = entry.heading.replace("`", "")
+        if "`" not in entry.heading:  # Sphinx's smart quotes print "..." in plain text as one character
+            title = title.replace("...", "\u2026")
+        hits = [anchor for d, anchor in index["alltitles"].get(title, []) if d == doc]
+        assert hits, f"[{label}] {title!r} is not a title of the search index"
+        section = re.search(rf'<section id="{re.escape(hits[0])}">(.*?)</section>', html, re.S)
+        assert section and f'id="{label}"' in section[1], f"[{label}] the title's anchor is not its entry"
