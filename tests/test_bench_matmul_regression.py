@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import types
+import warnings
 
 import pytest
 import torch
@@ -11,6 +13,7 @@ import torch
 from helpers.bench import core
 from helpers.bench import matmul as bench_matmul
 from helpers.bench import regression as bench_regression
+from helpers.models import LinearRegression
 
 
 def _by_name(figures: list[core.Figure]) -> dict[str, core.Figure]:
@@ -88,6 +91,81 @@ def test_regression_quick_on_cpu() -> None:
     assert got["cpu_w1"].value == pytest.approx(-3.0, abs=0.05)
     assert got["cpu_b"].value == pytest.approx(10.0, abs=0.1)
     assert got["cpu_final_loss"].value == pytest.approx(4.0, abs=0.3)
+
+
+def test_sweep_sizes_keep_a_tenth_of_the_named_gpus_memory(monkeypatch) -> None:
+    # cuda:0 a T4 (15 GB), cuda:1 an H100 (80 GB): the rule asks the GPU it is given.
+    totals = {0: 15_637_086_208, 1: 85_045_231_616}
+    asked = []
+
+    def properties(device=None):
+        index = torch.device(device).index
+        asked.append(index)
+        return types.SimpleNamespace(total_memory=totals[index])
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
+    t4 = bench_matmul.sweep_sizes("cuda:0")
+    h100 = bench_matmul.sweep_sizes(torch.device("cuda:1"))
+    assert asked == [0, 1]
+    assert t4[-1] == 8192 and h100[-1] == 16384  # 3 * 16384**2 * 4 bytes = 3 GiB
+    assert t4 == [s for s in bench_matmul.SWEEP_SIZES if s <= 8192]
+    for total, sizes in ((totals[0], t4), (totals[1], h100)):
+        assert all(3 * s * s * 4 <= total / 10 for s in sizes)
+    assert bench_matmul.sweep_sizes("cuda:0", [1024, 4096, 8192, 16384]) == [1024, 4096, 8192]
+
+
+def test_sweep_sizes_on_a_mac_and_where_memory_is_unknown(monkeypatch) -> None:
+    # An 8 GB Mac: Metal recommends about 5.3 GiB for one process, so 16384 (3 GiB) is out.
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 5_726_633_984)
+    assert bench_matmul.sweep_sizes("mps")[-1] == 4096
+    assert bench_matmul.sweep_sizes("cpu")[-1] == bench_matmul.UNKNOWN_MEMORY_LARGEST
+    with pytest.raises(ValueError, match="positive"):
+        bench_matmul.sweep_sizes("cpu", [0, 64])
+    with pytest.raises(ValueError, match="positive"):
+        bench_matmul.sweep_sizes("cpu", [])
+
+
+def test_train_step_returns_the_loss_before_the_update() -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 2), torch.randn(64, 1)
+    model = LinearRegression()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.MSELoss()
+    before = [p.detach().clone() for p in model.parameters()]
+    expected = loss_fn(model(x), y).detach()
+    loss = bench_regression.train_step(model, optimizer, loss_fn, x, y)
+    torch.testing.assert_close(loss.detach(), expected)
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    # fit_regression runs the same steps from the same start
+    run = bench_regression.fit_regression(x, y, steps=1, lr=0.1)
+    torch.testing.assert_close(run.losses[0], expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_training_step_waits_for_the_gpu_only_when_it_reads_the_loss() -> None:
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    x, y = torch.randn(4096, 2, device=device), torch.randn(4096, 1, device=device)
+    model = LinearRegression().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.MSELoss()
+    losses = torch.empty(1, device=device)
+    bench_regression.train_step(model, optimizer, loss_fn, x, y)  # creates Adam's state
+    with torch.cuda.device(device):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            losses[0] = bench_regression.train_step(model, optimizer, loss_fn, x, y).detach()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                bench_regression.train_step(model, optimizer, loss_fn, x, y).item()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    assert any("synchroniz" in str(w.message).lower() for w in caught)
 
 
 def test_fit_regression_refuses_data_split_across_devices() -> None:

@@ -76,9 +76,7 @@ def test_device_clock_reads_the_clock_and_is_plain_on_the_cpu():
     assert clock() <= clock()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_device_clock_waits_for_its_own_gpu():
-    device = torch.device("cuda", torch.cuda.device_count() - 1)
+def _clock_waits_for(device: torch.device) -> None:
     clock = timing.device_clock(device)
     a = torch.randn(4096, 4096, device=device)
     for _ in range(5):
@@ -88,9 +86,41 @@ def test_device_clock_waits_for_its_own_gpu():
     assert torch.cuda.current_stream(device).query()
 
 
-def test_synchronize_is_safe_everywhere():
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_device_clock_waits_for_the_current_gpu():
+    _clock_waits_for(torch.device("cuda", torch.cuda.current_device()))
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_device_clock_waits_for_a_gpu_that_is_not_the_current_one():
+    with torch.cuda.device(0):
+        _clock_waits_for(torch.device("cuda:1"))
+
+
+def test_synchronize_waits_only_for_the_device_it_names(monkeypatch):
+    cuda_waits, mps_waits = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: cuda_waits.append(device))
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: mps_waits.append("mps"))
+
     timing.synchronize("cpu")
+    assert cuda_waits == [] and mps_waits == [], "the CPU has nothing to wait for"
+    timing.synchronize("cuda:1")
+    assert cuda_waits == [torch.device("cuda:1")], "the named GPU, not the current one"
     timing.synchronize(None)
+    assert cuda_waits[-1] is None, "no device: the current GPU"
+    timing.synchronize(torch.device("mps"))
+    assert mps_waits == ["mps"] and len(cuda_waits) == 2
+
+
+def test_synchronize_without_a_gpu_waits_for_nothing(monkeypatch):
+    cuda_waits = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: cuda_waits.append(device))
+    timing.synchronize(None)
+    timing.synchronize("cpu")
+    assert cuda_waits == []
 
 
 def test_flops_helpers():

@@ -9,6 +9,7 @@ holds the small pieces the chapter reuses once it has shown them in raw PyTorch:
 - :func:`fp32_precision`: allow or forbid TF32 for float32 matmuls, restoring the old setting;
 - :func:`num_threads`: run a block with a given number of CPU threads, restoring the old one;
 - :func:`supported_modes`: which of ``fp32``, ``tf32``, ``bf16`` a device runs natively;
+- :func:`sweep_sizes`: the square sizes that fit comfortably in a device's memory;
 - :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
   with the host-to-device copy of its inputs included) and its TFLOP/s.
 
@@ -34,8 +35,8 @@ import torch
 from helpers.bench.core import Figure, workload
 from helpers.timing import Timing, benchmark, matmul_flops, share_of_peak, synchronize, tflops
 
-__all__ = ["MODES", "SEED_SHAPE", "fp32_precision", "num_threads", "run", "supported_modes",
-           "time_matmul"]
+__all__ = ["MODES", "SEED_SHAPE", "SWEEP_SIZES", "fp32_precision", "num_threads", "run",
+           "supported_modes", "sweep_sizes", "time_matmul"]
 
 #: The tutorials' product: (m, k) @ (k, n).
 SEED_SHAPE = (10_000, 200, 10_000)
@@ -46,6 +47,44 @@ MODES: dict[str, tuple[torch.dtype, str]] = {
     "tf32": (torch.float32, "tf32"),
     "bf16": (torch.bfloat16, "ieee"),
 }
+
+
+#: Square sizes the chapter's accelerator sweep tries, before :func:`sweep_sizes` drops the ones
+#: too large for the device.
+SWEEP_SIZES = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+
+#: Where a device's memory size is unknown, the sweep stops at this size (three fp32 matrices
+#: of 4096 x 4096 take 192 MiB).
+UNKNOWN_MEMORY_LARGEST = 4096
+
+
+def _total_memory(device: torch.device) -> int | None:
+    """Bytes of memory ``device`` offers, or None where PyTorch cannot say."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_properties(device).total_memory
+    if device.type == "xpu" and hasattr(torch, "xpu") and torch.xpu.is_available():
+        return torch.xpu.get_device_properties(device).total_memory
+    if device.type == "mps" and torch.backends.mps.is_available():
+        # Apple GPUs share the machine's memory; Metal recommends how much one process may use.
+        return torch.mps.recommended_max_memory()
+    return None
+
+
+def sweep_sizes(device: torch.device | str, sizes: tuple[int, ...] | list[int] = SWEEP_SIZES
+                ) -> list[int]:
+    """The ``sizes`` whose three fp32 ``n x n`` matrices (two inputs and the output) take at
+    most a tenth of ``device``'s memory (chapter 3).
+
+    A tenth leaves room for the caching allocator, other programs and a second format's
+    matrices. Where the memory size is unknown (the CPU, or an accelerator PyTorch reports no
+    size for), sizes up to ``UNKNOWN_MEMORY_LARGEST`` are kept.
+    """
+    if not sizes or min(sizes) <= 0:
+        raise ValueError(f"sizes must be positive matrix sizes, got {sizes!r}")
+    total = _total_memory(torch.device(device))
+    if total is None:
+        return [s for s in sizes if s <= UNKNOWN_MEMORY_LARGEST]
+    return [s for s in sizes if 3 * s * s * 4 <= total / 10]
 
 
 @contextlib.contextmanager
@@ -205,7 +244,7 @@ def _gpu_figures(device: torch.device, quick: bool, cpu_seed_seconds: float) -> 
                str(device), None, f"{tag}CPU seconds / {device} seconds, fp32"),
     ]
 
-    sizes = [256, 512] if quick else [1024, 4096, 8192, 16384]
+    sizes = sweep_sizes(device, [256, 512] if quick else [1024, 4096, 8192, 16384])
     for mode in supported_modes(device):
         achieved = {}
         for size in sizes:
