@@ -106,8 +106,14 @@ def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
     if notice:
         print(notice)
     if chosen.type == "cpu" and best_on != "cpu":
-        print("No GPU here: every comparison falls back to the CPU and says so, and the\n"
-              "figures measured on real GPUs are shown beside the live ones.")
+        if devices.has_gpu():
+            # BOOK_DEVICE=cpu (or device="cpu") on a GPU machine: the GPU is there, just unused.
+            print("This run uses the CPU although a GPU is present: every comparison falls back\n"
+                  "to the CPU and says so, and the figures measured on real GPUs are shown beside\n"
+                  "the live ones.")
+        else:
+            print("No GPU here: every comparison falls back to the CPU and says so, and the\n"
+                  "figures measured on real GPUs are shown beside the live ones.")
     if best_on == "multi-gpu" and devices.gpu_count() < 2:
         print("Cells that need two or more GPUs will say so and show what they would do.")
     return chosen

@@ -260,9 +260,15 @@ def describe_devices(device: str | torch.device | None = None) -> str:
     are described without being touched.
     """
     in_use = None if device is None else torch.device(device)
-    cuda = torch.version.cuda or "none (this torch build has no CUDA)"
+    # A ROCm build of torch drives AMD GPUs through the same torch.cuda API and lists them as
+    # cuda:i, but torch.version.cuda is None there: name the HIP runtime instead.
+    hip = getattr(torch.version, "hip", None)
+    if hip:
+        runtime = f"ROCm HIP runtime {hip}"
+    else:
+        runtime = f"CUDA runtime {torch.version.cuda or 'none (this torch build has no CUDA)'}"
     lines = [
-        f"torch {torch.__version__} (CUDA runtime {cuda}), Python {platform.python_version()}",
+        f"torch {torch.__version__} ({runtime}), Python {platform.python_version()}",
         f"  cpu     {platform.machine()} processor, {os.cpu_count()} logical cores, "
         f"{torch.get_num_threads()} torch threads",
     ]

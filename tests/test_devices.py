@@ -200,3 +200,13 @@ def test_cuda_without_an_index_is_the_current_gpu(monkeypatch):
     assert resolve_device("cuda") == torch.device("cuda:1")
     assert resolve_device("cuda:0") == torch.device("cuda:0")
     assert available_devices() == ["cuda:0", "cuda:1", "cpu"]
+
+
+def test_describe_devices_names_the_rocm_runtime(monkeypatch):
+    # A ROCm build lists AMD GPUs as cuda:i but has no CUDA version: the HIP version is shown.
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(torch.version, "hip", "6.4.43482", raising=False)
+    text = describe_devices()
+    assert "ROCm HIP runtime 6.4.43482" in text and "CUDA runtime" not in text
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    assert "CUDA runtime none (this torch build has no CUDA)" in describe_devices()

@@ -101,3 +101,17 @@ def test_chapter_setup_is_quiet_about_a_recent_torch(recent, monkeypatch, capsys
 def test_minimum_torch_is_a_version_number():
     major, minor = (int(part) for part in helpers.MIN_TORCH.split("."))
     assert (major, minor) >= (2, 9)
+
+
+def test_chapter_setup_on_the_cpu_of_a_gpu_machine_does_not_say_no_gpu(monkeypatch, capsys):
+    # BOOK_DEVICE=cpu on a GPU machine: the banner must not claim the machine has no GPU.
+    monkeypatch.setattr(helpers.devices, "has_gpu", lambda: True)
+    monkeypatch.setattr(helpers, "describe_devices", lambda device=None: "  cuda:0  Fake GPU")
+    assert helpers.chapter_setup(chapter=2, device="cpu") == torch.device("cpu")
+    out = capsys.readouterr().out
+    assert "No GPU here" not in out
+    assert "uses the CPU although a GPU is present" in out
+    assert all(len(line) <= 100 for line in out.splitlines()), "the banner must fit a page"
+    monkeypatch.setattr(helpers.devices, "has_gpu", lambda: False)
+    helpers.chapter_setup(chapter=2, device="cpu")
+    assert "No GPU here" in capsys.readouterr().out
