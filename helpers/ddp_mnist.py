@@ -19,8 +19,10 @@ reader (and the book's tests) can check that the ranks agree.
 Chapter 5's lessons apply: each process keeps the data as two tensors on its own device and
 takes a batch by indexing them with the sampler's indices (no per-sample collation, no copy
 per step), and the running loss is summed on the device and reduced once per epoch.
-Validation shards the test set without padding, so every image is scored exactly once
-whatever the number of processes.
+Chapter 5's split holds too: the last ``MNIST_VAL_SIZE`` training images are held out for
+validation (``mnist_split``), and the 10,000 test images are never looked at. Validation
+shards its images without padding, so every image is scored exactly once whatever the
+number of processes.
 
 From a notebook, ``run_ddp`` launches the script with a time limit and streams its output,
 and ``spawn_demo`` is an importable function for ``torch.multiprocessing.spawn``.
@@ -36,6 +38,7 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
@@ -49,11 +52,11 @@ from torch.utils.data import TensorDataset
 from torch.utils.data.distributed import DistributedSampler
 
 from .checkpoints import save_checkpoint
-from .data import mnist_tensors
+from .data import MNIST_VAL_SIZE, mnist_tensors
 from .models import MnistCNN
 
-__all__ = ["CHECKPOINT_NAME", "SUMMARY_NAME", "DDPLaunchError", "launch", "main", "parse_args",
-           "run_ddp", "spawn_demo", "torchrun_command", "weights_fingerprint"]
+__all__ = ["CHECKPOINT_NAME", "SUMMARY_NAME", "DDPLaunchError", "launch", "main", "mnist_split",
+           "parse_args", "run_ddp", "spawn_demo", "torchrun_command", "weights_fingerprint"]
 
 CHECKPOINT_NAME = "mnist_ddp.pt"
 SUMMARY_NAME = "summary.json"
@@ -77,14 +80,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train-subset", type=int, default=None,
                         help="use only the first N training images (a quick CPU run)")
     parser.add_argument("--val-subset", type=int, default=None,
-                        help="use only the first N test images for validation")
+                        help=f"use only the first N of the {MNIST_VAL_SIZE} held-out "
+                             "validation images")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/ddp_mnist"),
                         help="folder for the checkpoint, summary.json and rank<N>.json")
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch_size < 1:
         parser.error("--epochs and --batch-size must be at least 1")
+    for name in ("train_subset", "val_subset"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
+
+
+def mnist_split(device: torch.device | str = "cpu", *, train_subset: int | None = None,
+                val_subset: int | None = None,
+                ) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Chapter 5's split as tensors on ``device`` (chapter 7): ``(train_x, train_y), (val_x,
+    val_y)``, where validation is the last ``MNIST_VAL_SIZE`` of MNIST's 60,000 training
+    images and training the rest, so the test images stay unseen. ``train_subset`` /
+    ``val_subset`` keep the first N images of each part, as ``mnist_loaders`` does."""
+    images, labels = mnist_tensors(train=True, device=device)
+    n_train = len(labels) - MNIST_VAL_SIZE
+    n_val = MNIST_VAL_SIZE if val_subset is None else min(val_subset, MNIST_VAL_SIZE)
+    if train_subset is not None:
+        n_train = min(train_subset, n_train)
+    start = len(labels) - MNIST_VAL_SIZE
+    return ((images[:n_train], labels[:n_train]),
+            (images[start:start + n_val], labels[start:start + n_val]))
 
 
 def weights_fingerprint(model: nn.Module) -> dict[str, float | str]:
@@ -138,9 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
             dist.barrier()
         # The whole (small) data set lives on this process's device, as in chapter 5: a batch
         # is one indexing operation, with no per-sample collation and no copy per step.
-        images, labels = mnist_tensors(train=True, device=device, subset=args.train_subset)
-        val_images, val_labels = mnist_tensors(train=False, device=device,
-                                               subset=args.val_subset)
+        (images, labels), (val_images, val_labels) = mnist_split(
+            device, train_subset=args.train_subset, val_subset=args.val_subset)
         if rank == 0:
             dist.barrier()
         train_set = TensorDataset(images, labels)
@@ -185,8 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
                 loss = loss_fn(ddp(x), y)
                 loss.backward()  # DDP all-reduces (averages) the gradients here
                 optimizer.step()
-                # Summed on the device: no host synchronisation, no new tensor per step.
-                loss_sum += loss.detach() * len(y)
+                # Summed on the device in one in-place kernel: no host synchronisation.
+                loss_sum.add_(loss.detach(), alpha=len(y))
                 examples += len(y)
             totals = torch.stack([loss_sum, loss_sum.new_tensor(examples)])
             dist.all_reduce(totals)  # once per epoch: the mean loss over every rank's examples
@@ -296,11 +319,17 @@ _CAUSES = {
 }
 
 
-def torchrun_command(nproc: int, program: list[str]) -> list[str]:
+def torchrun_command(nproc: int, program: list[str], *,
+                     log_dir: str | Path | None = None) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc-per-node N <program>``: torchrun
-    run by this Python, so the workers use the same environment (chapter 7)."""
+    run by this Python, so the workers use the same environment (chapter 7).
+
+    ``log_dir`` is passed as ``--log-dir``: without it torchrun makes a ``torchelastic_*``
+    folder in the system's temporary directory for every run and never removes it.
+    """
+    logs = [] if log_dir is None else ["--log-dir", str(log_dir)]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(nproc), *program]
+            "--nproc-per-node", str(nproc), *logs, *program]
 
 
 def _likely_causes(output: str, timed_out: bool) -> list[str]:
@@ -327,11 +356,12 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
     torchrun starts each worker in a session of its own, so a signal to torchrun's group
     does not reach them; SIGTERM to torchrun makes it stop its workers and wait for them.
     Whatever is left after ``grace`` seconds (torchrun's group, and every worker whose
-    parent is torchrun) is killed.
+    parent is torchrun, read again just before the kill, since torchrun may have started
+    workers in the meantime) is killed.
     """
     if proc.poll() is not None:
         return
-    workers = _children(proc.pid)
+    workers = set(_children(proc.pid))
     if os.name == "nt":
         proc.terminate()
     else:
@@ -339,12 +369,13 @@ def _stop(proc: subprocess.Popen, grace: float) -> None:
     try:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
+        workers.update(_children(proc.pid))  # while torchrun lives its workers are its children
         if os.name == "nt":
             proc.kill()
         else:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    for pid in workers:  # normally gone already; never leave a worker behind
+    for pid in sorted(workers):  # normally gone already; never leave a worker behind
         for kill in (lambda p: os.killpg(p, signal.SIGKILL), lambda p: os.kill(p, signal.SIGKILL)):
             try:
                 kill(pid)
@@ -369,14 +400,31 @@ def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: flo
     The workers' output is printed as it comes (``echo``) and returned. After ``timeout``
     seconds, or when torchrun fails, every process is stopped and ``DDPLaunchError`` names
     the likely causes. ``program`` is ``["-m", "module", args...]`` or ``["script.py", ...]``.
+    torchrun's log folder is a temporary one, removed when the run ends.
     """
     if nproc < 1:
         raise ValueError(f"nproc must be at least 1, got {nproc}")
     if timeout <= 0:
         raise ValueError(f"timeout must be positive seconds, got {timeout}")
-    command = torchrun_command(nproc, list(map(str, program)))
+    program = list(map(str, program))
+    shown = " ".join(["torchrun --standalone --nproc-per-node", str(nproc), *program])
     run_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc = subprocess.Popen(command, env=run_env, cwd=cwd, stdout=subprocess.PIPE,
+    with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
+        output, code, timed_out = _run_and_watch(
+            torchrun_command(nproc, program, log_dir=logs), run_env, cwd, timeout, grace, echo)
+    if timed_out or code != 0:
+        what = (f"torchrun ran past its time limit of {timeout:g} s and was stopped"
+                if timed_out else f"torchrun failed with exit code {code}")
+        causes = "\n".join(f"  - {c}" for c in _likely_causes(output, timed_out))
+        raise DDPLaunchError(f"{what} ({shown}). Likely causes:\n{causes}")
+    return output
+
+
+def _run_and_watch(command: list[str], env: dict[str, str], cwd: str | Path | None,
+                   timeout: float, grace: float, echo: bool) -> tuple[str, int | None, bool]:
+    """Run ``command``, echoing its output; stop it after ``timeout`` seconds. Returns the
+    output's last 200 lines, the exit code and whether it timed out."""
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
                             start_new_session=os.name != "nt")
     lines: queue.Queue[str | None] = queue.Queue()
@@ -387,8 +435,15 @@ def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: flo
             lines.put(line)
         lines.put(None)
 
-    threading.Thread(target=pump, daemon=True).start()
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     tail: deque[str] = deque(maxlen=200)
+
+    def take(line: str) -> None:
+        tail.append(line)
+        if echo:
+            print(line, end="", flush=True)
+
     deadline = time.monotonic() + timeout
     timed_out = finished = False
     try:
@@ -404,9 +459,7 @@ def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: flo
             if line is None:
                 finished = True
                 break
-            tail.append(line)
-            if echo:
-                print(line, end="", flush=True)
+            take(line)
     finally:
         if finished:  # the output ended: torchrun is exiting on its own
             try:
@@ -414,14 +467,20 @@ def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: flo
             except subprocess.TimeoutExpired:
                 pass
         _stop(proc, grace)  # a no-op after a clean exit; also runs on KeyboardInterrupt
-    output = "".join(tail)
-    code = proc.returncode
-    if timed_out or code != 0:
-        what = (f"torchrun ran past its time limit of {timeout:g} s and was stopped"
-                if timed_out else f"torchrun failed with exit code {code}")
-        causes = "\n".join(f"  - {c}" for c in _likely_causes(output, timed_out))
-        raise DDPLaunchError(f"{what} ({' '.join(command[3:])}). Likely causes:\n{causes}")
-    return output
+        # What torchrun printed while stopping (which worker it killed, with which signal)
+        # belongs in the output and in the error message too.
+        reader.join(timeout=grace)  # every writer is gone, so the pipe reaches its end
+        while True:
+            try:
+                line = lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                take(line)
+        if not reader.is_alive():  # closing a pipe another thread still reads could block
+            assert proc.stdout is not None
+            proc.stdout.close()
+    return "".join(tail), proc.returncode, timed_out
 
 
 def run_ddp(nproc: int, backend: str, out: str | Path, *extra: object,
@@ -446,7 +505,7 @@ def spawn_demo(rank: int, world: int, init_file: str, out: str) -> None:
 
     Writes ``spawn<rank>.json`` in ``out`` with what it saw: (1) rank 0 saves a checkpoint,
     a barrier, every rank loads it with its own ``map_location``; (2) DDP broadcasts rank 0's
-    buffers at the start of every forward; (3) ``SyncBatchNorm`` conversion.
+    buffers at the start of every training forward; (3) ``SyncBatchNorm`` conversion.
     """
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
@@ -481,7 +540,7 @@ def spawn_demo(rank: int, world: int, init_file: str, out: str) -> None:
         report["running_mean_after_forward"] = after
 
         # (3) SyncBatchNorm replaces every BatchNorm layer; its statistics are computed over
-        # all ranks' batches, which needs GPU tensors.
+        # all ranks' batches, which needs CUDA (or XPU) tensors: CPU and mps ones are refused.
         sync = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.Linear(4, 4),
                                                                      nn.BatchNorm1d(4)))
         report["sync_bn_type"] = type(sync[1]).__name__

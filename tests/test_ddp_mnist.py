@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,14 +21,14 @@ TRAIN, VAL, EPOCHS, BATCH = 512, 201, 2, 16
 
 
 def _torchrun(out: Path, nproc: int, *extra: str, cwd: Path) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc-per-node", str(nproc), "-m", "helpers.ddp_mnist", "--backend", "gloo",
-               "--out", str(out), "--train-subset", str(TRAIN), "--val-subset", str(VAL),
-               "--epochs", str(EPOCHS), "--batch-size", str(BATCH), *extra]
+    program = ["-m", "helpers.ddp_mnist", "--backend", "gloo", "--out", str(out),
+               "--train-subset", str(TRAIN), "--val-subset", str(VAL), "--epochs", str(EPOCHS),
+               "--batch-size", str(BATCH), *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("BOOK_DEVICE", None)
-    return subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=600, check=False)
+    with tempfile.TemporaryDirectory() as logs:
+        return subprocess.run(ddp_mnist.torchrun_command(nproc, program, log_dir=logs), env=env,
+                              cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -121,15 +121,18 @@ def test_weights_fingerprint_sees_any_change():
     assert ddp_mnist.weights_fingerprint(model)["sha256"] != before["sha256"]
 
 
+# Each rank writes its pid and prints before anything slow happens; rank 1 never imports
+# torch at all, so the test depends only on torchrun starting its workers, not on how fast
+# a loaded machine imports torch.
 _HANG = """
 import os, sys, time
 from pathlib import Path
-import torch.distributed as dist
 
 Path(sys.argv[1], f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
 print(f"rank {os.environ['RANK']} started", flush=True)
 if os.environ["RANK"] == "1":
-    time.sleep(600)  # a rank that never joins
+    time.sleep(3600)  # a rank that never joins
+import torch.distributed as dist
 dist.init_process_group("gloo")  # rank 0 waits here for rank 1
 """
 
@@ -142,29 +145,64 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # a zombie has exited; only its exit status is left
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
 def test_launch_stops_a_hanging_run_and_names_the_causes(tmp_path: Path, capsys):
     script = tmp_path / "hang.py"
     script.write_text(_HANG)
+    # Generous: torchrun itself imports torch before it starts the workers, which takes
+    # tens of seconds on a loaded machine. The run hangs whatever the limit.
     with pytest.raises(ddp_mnist.DDPLaunchError) as caught:
-        ddp_mnist.launch(2, [script, tmp_path], timeout=20, grace=10)
+        ddp_mnist.launch(2, [script, tmp_path], timeout=120, grace=10)
     message = str(caught.value)
-    assert "time limit of 20 s" in message
+    assert "time limit of 120 s" in message
     for cause in ("rank crashed", "world size does not match", "NCCL_DEBUG=INFO",
                   "MASTER_PORT"):
         assert cause in message, cause
     # The output was streamed as it came, and every worker is gone.
     assert "rank 1 started" in capsys.readouterr().out
-    pids = [int((tmp_path / f"pid{r}").read_text()) for r in range(2)]
+    pid_files = [tmp_path / f"pid{r}" for r in range(2)]
+    assert all(f.exists() for f in pid_files), "torchrun started both workers"
+    pids = [int(f.read_text()) for f in pid_files]
     assert not [pid for pid in pids if _alive(pid)], "a worker outlived the time limit"
+
+
+def test_launch_gives_torchrun_a_log_folder_it_removes(tmp_path: Path, monkeypatch):
+    # Without --log-dir torchrun makes a torchelastic_* folder in /tmp for every run and
+    # leaves it there. The worker prints where torchrun keeps its files.
+    script = tmp_path / "where.py"
+    script.write_text("import os\nprint('error file:', os.environ['TORCHELASTIC_ERROR_FILE'])\n")
+    commands: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def spy(command, *args, **kwargs):
+        commands.append(list(command))
+        return real_popen(command, *args, **kwargs)
+
+    monkeypatch.setattr(ddp_mnist.subprocess, "Popen", spy)
+    output = ddp_mnist.launch(1, [script], timeout=300, echo=False)
+    (command,) = commands
+    assert command.index("--log-dir") < command.index(str(script)), "a torchrun option"
+    log_dir = command[command.index("--log-dir") + 1]
+    error_file = output.split("error file:", 1)[1].split()[0]
+    assert error_file.startswith(log_dir + os.sep), "torchrun used the folder it was given"
+    assert not Path(log_dir).exists(), "and the folder is gone once the run has ended"
+
+
+def test_torchrun_command():
+    assert ddp_mnist.torchrun_command(2, ["-m", "x"])[1:] == [
+        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "x"]
+    assert ddp_mnist.torchrun_command(1, ["a.py"], log_dir="/l")[-3:] == ["--log-dir", "/l",
+                                                                          "a.py"]
 
 
 def test_launch_reports_a_crashed_rank(tmp_path: Path):
     script = tmp_path / "crash.py"
     script.write_text("raise SystemExit('rank failed on purpose')\n")
     with pytest.raises(ddp_mnist.DDPLaunchError, match="failed with exit code") as caught:
-        ddp_mnist.launch(1, [script], timeout=120, echo=False)
+        ddp_mnist.launch(1, [script], timeout=300, echo=False)
     assert "a rank crashed" in str(caught.value)
+    assert f"--nproc-per-node 1 {script}" in str(caught.value)
 
 
 def test_launch_checks_its_arguments():
@@ -192,3 +230,20 @@ def test_spawn_demo_save_barrier_load_and_buffer_broadcast(tmp_path: Path):
     assert r1["running_mean_at_forward_start"][1] == r0["running_mean_after_forward"][0]
     assert r0["sync_bn_type"] == "SyncBatchNorm"
     assert "SyncBatchNorm expected input tensor to be on GPU" in r0["sync_bn_cpu_error"]
+
+
+def test_mnist_split_holds_out_the_last_training_images():
+    from helpers.data import MNIST_VAL_SIZE, mnist
+
+    (train_x, train_y), (val_x, val_y) = ddp_mnist.mnist_split(train_subset=100, val_subset=7)
+    assert len(train_x) == len(train_y) == 100 and len(val_x) == len(val_y) == 7
+    full = mnist(train=True)
+    start = len(full) - MNIST_VAL_SIZE
+    # Validation is the start of chapter 5's held-out block, never a test image.
+    assert torch.equal(val_y, full.targets[start:start + 7])
+    assert torch.equal((val_x[:, 0] * 255).round().to(torch.uint8), full.data[start:start + 7])
+    assert torch.equal(train_y, full.targets[:100])
+    (all_train, _), (all_val, _) = ddp_mnist.mnist_split()
+    assert len(all_train) + len(all_val) == len(full) and len(all_val) == MNIST_VAL_SIZE
+    with pytest.raises(SystemExit):
+        ddp_mnist.parse_args(["--val-subset", "0"])
