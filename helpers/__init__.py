@@ -109,11 +109,12 @@ def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
         if devices.has_gpu():
             # BOOK_DEVICE=cpu (or device="cpu") on a GPU machine: the GPU is there, just unused.
             print("This run uses the CPU although a GPU is present: every comparison falls back\n"
-                  "to the CPU and says so, and the figures measured on real GPUs are shown beside\n"
-                  "the live ones.")
+                  "to the CPU and says so, and shows the GPU figures the book's benchmark has\n"
+                  "measured, where a result file has been committed.")
         else:
-            print("No GPU here: every comparison falls back to the CPU and says so, and the\n"
-                  "figures measured on real GPUs are shown beside the live ones.")
+            print("No GPU here: every comparison falls back to the CPU and says so, and shows\n"
+                  "the GPU figures the book's benchmark has measured, where a result file has\n"
+                  "been committed.")
     if best_on == "multi-gpu" and devices.gpu_count() < 2:
         print("Cells that need two or more GPUs will say so and show what they would do.")
     return chosen
