@@ -139,18 +139,20 @@ bench: venv data
 	$(PY) -m helpers.bench
 
 ## The GPU report: every chapter and the benchmark on this machine's GPU, recorded under
-## results/ (README: "Add your GPU to the book"). It uses the machine's own Python and torch.
-REPORT_PY ?= $(if $(wildcard $(PY)),$(PY),$(PYTHON))
+## results/ (README: "Add your GPU to the book"). It uses the machine's own Python and torch
+## (REPORT_PY=.venv/bin/python for the book's pinned torch, where the driver supports it).
+REPORT_PY ?= $(PYTHON)
 REPORT_ARGS ?=
 gpu-report:
 	$(REPORT_PY) scripts/gpu_report.py $(REPORT_ARGS)
 
-# Wheels for an offline GPU server: WHEEL_PYTHON=3.11 WHEEL_PLATFORM=manylinux2014_x86_64
+# Wheels for an offline GPU server: WHEEL_PYTHON=3.12, and WHEEL_PLATFORM="tag tag ..." to
+# replace the default platform tags (every manylinux x86-64 tag from 2_28 down to 2014).
 WHEEL_PYTHON ?= 3.11
-WHEEL_PLATFORM ?= manylinux2014_x86_64
+WHEEL_PLATFORM ?=
 wheelhouse: venv
 	$(PY) scripts/wheelhouse.py --out _build/wheelhouse --python $(WHEEL_PYTHON) \
-	  --platform $(WHEEL_PLATFORM)
+	  $(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 
 clean:
 	# build/ is where setuptools leaves a wheel's files; stale ones would ship in the next wheel.

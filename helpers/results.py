@@ -141,8 +141,9 @@ def show_committed(workload: str, *, gpu_only: bool = True,
     (chapter 3): figures as rows, one column per result file (per machine, never merged by
     device name), headed with the device and its GPU count.
 
-    It displays itself (inside a notebook through IPython's ``display``, elsewhere with
-    ``print``), so it works inside ``if``/``else``; call it as a statement or assign the
+    It displays itself (inside a notebook as one ``display`` output marked with
+    ``DISPLAY_KEY`` in its metadata, elsewhere with ``print``), so it works inside
+    ``if``/``else``; call it as a statement or assign the
     result, never as a cell's last bare expression (that would show the table twice).
 
     With ``gpu_only`` (the default) only GPU machines, and only the figures they measured on
@@ -167,23 +168,43 @@ def show_committed(workload: str, *, gpu_only: bool = True,
                          "value": f["value"]})
     kind = "GPU " if gpu_only else ""
     if not rows:
-        print(f"No committed {kind}results for the {workload!r} workload yet: "
-              "they appear here once `python -m helpers.bench` has run on such a machine "
-              "and its result file is committed under results/.")
+        _show(workload, [f"No committed {kind}results for the {workload!r} workload yet: they "
+                         "appear here once `python -m helpers.bench` has run on such a machine "
+                         "and its result file is committed under results/."])
         return pd.DataFrame()
-    print(f"Committed {kind}figures for {workload!r} (results/, one column per machine):")
-    for doc in shown:
-        print(f"  {machine_stamp(doc, labels[doc['_path']])}")
     long = pd.DataFrame(rows)
     # Every (figure, machine) pair is unique in a valid result file; "first" never averages.
     table = long.pivot_table(index="figure", columns="machine", values="value",
                              aggfunc="first", sort=False)
     table = table.reindex(columns=[labels[d["_path"]] for d in shown])
     table.columns.name = "machine"
-    if _in_kernel():
-        from IPython.display import display
-
-        display(table)
-    else:
-        print(table.to_string())
+    _show(workload, [f"Committed {kind}figures for {workload!r} (results/, one column per "
+                     "machine):", *(f"  {machine_stamp(d, labels[d['_path']])}" for d in shown)],
+          table)
     return table
+
+
+#: The output metadata key that marks a committed-figures table in an executed notebook: the
+#: book shows these from its own build, so a recorded GPU page lists every committed machine.
+DISPLAY_KEY = "book_committed_figures"
+
+
+def _show(workload: str, lines: list[str], table: pd.DataFrame | None = None) -> None:
+    """Lines of text and a table: one marked display output inside a notebook, else print."""
+    text = "\n".join(lines) + ("\n" + table.to_string() if table is not None else "")
+    if not _in_kernel():
+        print(text)
+        return
+    import html
+
+    from IPython.display import display
+
+    markup = "".join(f"<p>{html.escape(line.strip())}</p>" if i == 0 else
+                     f"<li>{html.escape(line.strip())}</li>" for i, line in enumerate(lines))
+    if len(lines) > 1:
+        first, rest = markup.split("</p>", 1)
+        markup = f"{first}</p><ul>{rest}</ul>"
+    if table is not None:
+        markup += table.to_html()
+    display({"text/plain": text, "text/html": markup}, raw=True,
+            metadata={DISPLAY_KEY: workload})

@@ -5,17 +5,24 @@
     python scripts/gpu_report.py --wheelhouse W   # first install from a wheelhouse, offline
     python scripts/gpu_report.py --chapters 01_devices,05_mnist --quick --results /tmp/r
 
-It executes every chapter on this machine's best device (or ``$BOOK_DEVICE``), keeping the
-executed notebooks in ``_build/gpu-report/chapters/``; runs the benchmark; and writes, under
-``results/``:
+It runs the benchmark, then executes every chapter (the appendix excepted: the book renders
+it from ``results/``) on this machine's best device (or ``$BOOK_DEVICE``), keeping the
+executed notebooks in ``_build/gpu-report/chapters/``, and writes, under ``results/``:
 
 - ``<machine>.json``, the benchmark's result file (only a full run writes it there);
 - ``pages/<machine>/<chapter>.ipynb``, each executed chapter, stamped (in its metadata and in a
   short note under its title) with the device, driver, CUDA, torch, the book's commit, the
   date and a hash of the chapter's code cells.
 
-The book build (``stage``) shows a recorded page instead of the CPU build's outputs when its
-code hash matches the chapter's current code; otherwise the CPU outputs, saying so:
+Everything runs with this checkout's ``helpers`` (first on ``sys.path`` and ``PYTHONPATH``), so
+an installed copy never decides where pages, data or the commit come from. Without a GPU (or
+another accelerator) it refuses, unless ``--allow-cpu``. A copy of the book without ``.git``
+names its commit with ``BOOK_COMMIT``.
+
+The book build (``stage``) shows a recorded run when its code hash matches the chapter's current
+code: the current chapter (its prose from the CPU build) with the recorded outputs of its code
+cells, except the committed-figures tables, which come from the CPU build so they list every
+committed machine; otherwise the CPU outputs, saying so:
 
     python scripts/gpu_report.py stage --executed _executed/chapters --out _build/pages/chapters
 
@@ -25,6 +32,7 @@ It runs with whatever torch the machine has, at or above the book's minimum, and
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import importlib.util
 import json
@@ -46,6 +54,36 @@ CPU_NOTE_TAG = "cpu-run-note"
 #: What the wheelhouse's requirements name, installed offline with ``--wheelhouse``.
 WHEELHOUSE_REQUIREMENTS = "requirements.txt"
 MNIST_ARCHIVE = "mnist-raw.tar.gz"
+#: Rendered by the book from results/, never recorded: it must list every committed machine.
+NOT_RECORDED_PREFIX = "appendix"
+#: The output metadata key by which ``helpers.results.show_committed`` marks its tables.
+COMMITTED_KEY = "book_committed_figures"
+
+
+def use_checkout() -> None:
+    """Make this checkout's ``helpers`` the one that runs, here and in every process started
+    from here (kernels, the benchmark), ahead of any installed copy: the pages, the data and
+    the commit then belong to this book folder."""
+    if sys.path[:1] != [str(ROOT)]:
+        sys.path.insert(0, str(ROOT))
+    rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(ROOT)]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *rest])
+    importlib.invalidate_caches()
+    loaded = sys.modules.get("helpers")
+    if loaded is not None and Path(loaded.__file__).resolve().parent != ROOT / "helpers":
+        raise SystemExit(f"helpers was already imported from {loaded.__file__}, not from {ROOT}")
+
+
+def book_commit() -> str:
+    """``$BOOK_COMMIT``, else this checkout's ``git rev-parse HEAD``, else ``"unknown"``."""
+    if os.environ.get("BOOK_COMMIT", "").strip():
+        return os.environ["BOOK_COMMIT"].strip()
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
 
 
 def code_hash(nb) -> str:
@@ -78,11 +116,9 @@ def install_wheelhouse(wheelhouse: Path) -> None:
            "--find-links", str(wheelhouse)]
     if requirements.read_text().split():
         subprocess.run([*pip, "-r", str(requirements)], check=True)
-    # The book's own helpers, as this wheelhouse built them, replace any older copy.
-    helpers_wheels = sorted(wheelhouse.glob("pytorch_on_the_gpu_helpers-*.whl"))
-    if helpers_wheels:
-        subprocess.run([*pip, "--force-reinstall", "--no-deps", str(helpers_wheels[-1])],
-                       check=True)
+    # The wheelhouse's helpers wheel is not installed: the report runs this checkout's helpers
+    # (use_checkout), and an installed copy would silently shadow later edits to helpers/ in
+    # any run without PYTHONPATH.
     importlib.invalidate_caches()  # the packages just installed must be importable now
     archive = wheelhouse / MNIST_ARCHIVE
     if archive.exists():
@@ -107,7 +143,12 @@ def unpack_mnist(archive: Path) -> Path:
 
 
 def check_torch() -> str:
-    import torch
+    """This machine's torch version; exits when it is older than the book's minimum."""
+    try:
+        import torch
+    except ImportError:
+        raise SystemExit("torch is not installed here: the report runs with the machine's own "
+                         "torch (>= the book's minimum); install it first") from None
 
     import helpers
 
@@ -137,13 +178,8 @@ def stamp_text(run: dict[str, Any]) -> str:
 
 def stamp_page(nb, chapter, run: dict[str, Any]):
     """Put the run's record in the metadata (``book.recorded_run``) and the note under the title."""
-    import nbformat
-
     nb.metadata.setdefault("book", {})["recorded_run"] = {**run, "code_hash": code_hash(chapter)}
-    cell = nbformat.v4.new_markdown_cell(stamp_text(run))
-    cell.metadata["tags"] = [STAMP_TAG]
-    cell["id"] = "recorded-run-stamp"
-    nb.cells.insert(1 if nb.cells and nb.cells[0].cell_type == "markdown" else 0, cell)
+    _insert_note(nb, stamp_text(run), STAMP_TAG)
     return nb
 
 
@@ -167,31 +203,72 @@ def execute(path: Path, timeout: int) -> tuple[bool, str]:
     return not error, error
 
 
+def _output_checker():
+    """The executed-output checks the book's tests apply to every page (tests/test_notebooks.py),
+    so a page a test would reject is never written."""
+    try:
+        from tests.test_notebooks import output_problems
+    except ImportError as exc:
+        raise SystemExit(f"cannot load the book's output checks ({exc}): install pytest and "
+                         "pyyaml (the wheelhouse has them)") from None
+    return output_problems
+
+
+def chosen_chapters(spec: str) -> list[Path]:
+    """The chapters ``--chapters`` names (every recordable chapter when empty)."""
+    recordable = [p for p in sorted(CHAPTERS.glob("*.ipynb"))
+                  if not p.stem.startswith(NOT_RECORDED_PREFIX)]
+    if not spec:
+        return recordable
+    wanted = [c.strip().removesuffix(".ipynb") for c in spec.split(",") if c.strip()]
+    unknown = [w for w in wanted if not (CHAPTERS / f"{w}.ipynb").exists()]
+    if unknown:
+        raise SystemExit(f"no such chapter(s): {', '.join(unknown)}; known: "
+                         f"{', '.join(p.stem for p in recordable)}")
+    skipped = [w for w in wanted if w.startswith(NOT_RECORDED_PREFIX)]
+    if skipped:
+        raise SystemExit(f"{', '.join(skipped)} is rendered from results/ by the book build and "
+                         "never recorded: leave it out of --chapters")
+    return [CHAPTERS / f"{w}.ipynb" for w in wanted]
+
+
 def record(args: argparse.Namespace) -> int:
+    use_checkout()
+    # Before anything is installed: a torch too old for the book makes the rest pointless.
+    torch_version = check_torch()
     if args.wheelhouse:
         install_wheelhouse(args.wheelhouse)
     if args.install_only:
+        print(f"Installed from {args.wheelhouse}. To run the chapters yourself with this "
+              f"book's helpers: PYTHONPATH={ROOT} python -m pytest --nbmake chapters")
         return 0
-    try:
-        import helpers  # noqa: F401
-    except ImportError:
-        raise SystemExit("the book's helpers are not installed here: `pip install --no-deps -e .`"
-                         " in the book's folder, or pass --wheelhouse") from None
-    torch_version = check_torch()
+    output_problems = _output_checker()
     if args.data:
         unpack_mnist(args.data)
     import nbformat
 
     from helpers.bench import __main__ as runner
-    from helpers.bench import core
     from helpers.bench.report import machine_label
     from helpers.devices import best_device
-    from helpers.results import results_dir
 
     device = best_device(None)
+    if device.type == "cpu" and not args.allow_cpu:
+        import torch
+
+        raise SystemExit(
+            f"no GPU or other accelerator is usable here (torch {torch_version}, built for CUDA "
+            f"{torch.version.cuda or 'none'}): a CPU run is not a GPU report. If the machine has "
+            "a GPU, check that this torch build supports its driver (nvidia-smi), or run the "
+            "report with the machine's own Python (make gpu-report REPORT_PY=python3). "
+            "--allow-cpu records a CPU run anyway (a test of the report).")
+    smoke = bool(args.quick or args.bench_only or args.chapters)
+    commit = book_commit()
+    if commit == "unknown" and not smoke:
+        raise SystemExit("this copy of the book has no .git to name its commit: set "
+                         "BOOK_COMMIT=<the commit it was copied from> and run again")
     machine = runner.machine_record(device)
     slug = machine["slug"]
-    results = args.results or results_dir()
+    results = args.results or ROOT / "results"
     pages = results / "pages" / slug
     work = args.work / "chapters"
     work.mkdir(parents=True, exist_ok=True)
@@ -201,37 +278,14 @@ def record(args: argparse.Namespace) -> int:
            "gpu_count": machine["gpu_count"], "accelerator": machine["accelerator"],
            "driver": machine["driver"], "cuda": machine["cuda"], "hip": machine.get("hip"),
            "torch": torch_version, "python": machine["python"],
-           "book_commit": core.book_commit(), "date": date}
-    chosen = sorted(CHAPTERS.glob("*.ipynb"))
-    if args.chapters:
-        wanted = [c.strip().removesuffix(".ipynb") for c in args.chapters.split(",") if c.strip()]
-        unknown = [w for w in wanted if not (CHAPTERS / f"{w}.ipynb").exists()]
-        if unknown:
-            raise SystemExit(f"no such chapter(s): {', '.join(unknown)}; known: "
-                             f"{', '.join(p.stem for p in chosen)}")
-        chosen = [CHAPTERS / f"{w}.ipynb" for w in wanted]
-    print(f"GPU report for {run['machine_label']} on {device}, torch {torch_version}: "
-          f"{len(chosen)} chapter(s), then the {'quick' if args.quick else 'full'} benchmark.")
-    tools = _notebook_tools()
+           "book_commit": commit, "date": date}
+    chosen = chosen_chapters(args.chapters)
+    print(f"GPU report for {run['machine_label']} on {device}, torch {torch_version}, book "
+          f"commit {commit[:10]}: the {'quick' if args.quick else 'full'} benchmark, then "
+          f"{len(chosen)} chapter(s).", flush=True)
     summary: dict[str, Any] = {"run": run, "chapters": {}}
-    for source in chosen:
-        target = work / source.name
-        shutil.copy(source, target)
-        start = time.perf_counter()
-        ok, error = execute(target, args.timeout)
-        seconds = round(time.perf_counter() - start, 1)
-        summary["chapters"][source.stem] = {"ok": ok, "seconds": seconds, "error": error}
-        print(f"  {source.stem}: {'passed' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
-        if not ok:
-            print("    " + error.strip().splitlines()[-1] if error.strip() else "", flush=True)
-            continue
-        nb = nbformat.read(target, as_version=4)
-        tools.trim_errors(nb)
-        nbformat.write(nb, target)
-        page = stamp_page(nb, nbformat.read(source, as_version=4), run)
-        pages.mkdir(parents=True, exist_ok=True)
-        nbformat.write(page, pages / source.name)
 
+    # The benchmark first, so the chapters run beside this machine's own result file.
     bench = [sys.executable, "-m", "helpers.bench", "--no-progress"]
     if args.quick:
         bench.append("--quick")
@@ -239,13 +293,43 @@ def record(args: argparse.Namespace) -> int:
         bench += ["--only", name]
     # A full run writes results/<machine>.json; a smoke test writes where it was told to, or
     # into the work folder, never into the committed results/.
-    out = args.results or (args.work / "bench" if args.quick or args.bench_only else None)
-    if out is not None:
-        bench += ["--out", str(out)]
-    env = {**os.environ, "BOOK_COMMIT": run["book_commit"]}
+    out = args.results or (args.work / "bench" if args.quick or args.bench_only else results)
+    bench += ["--out", str(out)]
+    env = {**os.environ, "BOOK_COMMIT": commit}
     print("Benchmark: " + " ".join(bench[1:]), flush=True)
     bench_rc = subprocess.run(bench, cwd=ROOT, env=env).returncode
     summary["benchmark"] = {"command": bench[1:], "returncode": bench_rc}
+
+    # No page of an earlier run survives a chapter that fails now (or one deleted since).
+    if not args.chapters:
+        shutil.rmtree(pages, ignore_errors=True)
+    for source in chosen:
+        (pages / source.name).unlink(missing_ok=True)
+    tools = _notebook_tools()
+    for source in chosen:
+        target = work / source.name
+        shutil.copy(source, target)
+        start = time.perf_counter()
+        ok, error = execute(target, args.timeout)
+        seconds = round(time.perf_counter() - start, 1)
+        problems: list[str] = []
+        if ok:
+            nb = nbformat.read(target, as_version=4)
+            tools.trim_errors(nb)
+            nbformat.write(nb, target)
+            problems = output_problems(nb)
+            if problems:
+                ok, error = False, "; ".join(problems)
+        summary["chapters"][source.stem] = {"ok": ok, "seconds": seconds, "error": error}
+        print(f"  {source.stem}: {'passed' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
+        if not ok:
+            for line in problems or ([error.strip().splitlines()[-1]] if error.strip() else []):
+                print("    " + line, flush=True)
+            continue
+        page = stamp_page(nb, nbformat.read(source, as_version=4), run)
+        pages.mkdir(parents=True, exist_ok=True)
+        nbformat.write(page, pages / source.name)
+
     (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
     failed = [name for name, c in summary["chapters"].items() if not c["ok"]]
     print(f"Pages in {pages}; executed notebooks in {work}; summary in {args.work / 'report.json'}")
@@ -253,8 +337,11 @@ def record(args: argparse.Namespace) -> int:
         print(f"Not complete: failed chapter(s) {', '.join(failed) or 'none'}; benchmark exit "
               f"status {bench_rc}.", file=sys.stderr)
         return 1
-    if args.quick or args.bench_only:
-        print("Done: a smoke test (quick or partial benchmark), not for committing.")
+    if smoke:
+        print("Done: a smoke test (quick or partial benchmark, or some chapters), not for "
+              "committing.")
+    elif device.type == "cpu":
+        print("Done: a CPU run (--allow-cpu), not a GPU report.")
     else:
         print(f"Done. Commit results/{slug}.json and results/pages/{slug}/ (never edit them).")
     return 0
@@ -296,6 +383,52 @@ def cpu_note(stale: list[dict[str, Any]]) -> str:
             f"{why}.\n```")
 
 
+def _is_committed_table(output) -> bool:
+    return COMMITTED_KEY in output.get("metadata", {})
+
+
+def splice(executed, recorded):
+    """The page a matching recorded run gives: ``executed`` (the current chapter as the CPU
+    build ran it: its prose and metadata current) with each code cell's outputs taken from
+    ``recorded`` by position, except the committed-figures tables ``show_committed`` marks,
+    which stay the CPU build's (they must list every machine committed now, this one included).
+    Both notebooks must have the same code cells (their code hashes match)."""
+    page = copy.deepcopy(executed)
+    mine = [c for c in page.cells if c.cell_type == "code"]
+    theirs = [c for c in recorded.cells if c.cell_type == "code"]
+    if len(mine) != len(theirs):
+        raise ValueError(f"the recorded run has {len(theirs)} code cells, the chapter "
+                         f"{len(mine)}: their code hashes cannot match")
+    for cell, rec in zip(mine, theirs, strict=True):
+        tables = [o for o in cell.outputs if _is_committed_table(o)]
+        outputs = []
+        for out in rec.outputs:
+            if not _is_committed_table(out):
+                outputs.append(copy.deepcopy(out))
+            elif tables:
+                outputs.extend(tables)
+                tables = []
+        outputs.extend(tables)  # a table the recorded run did not mark
+        cell.outputs = outputs
+        cell.execution_count = rec.get("execution_count")
+    book = page.metadata.setdefault("book", {})
+    book["recorded_run"] = recorded.metadata["book"]["recorded_run"]
+    if "widgets" in recorded.metadata:  # the state of the recorded progress bars
+        page.metadata["widgets"] = recorded.metadata["widgets"]
+    else:
+        page.metadata.pop("widgets", None)
+    return page
+
+
+def _insert_note(page, source: str, tag: str) -> None:
+    import nbformat
+
+    cell = nbformat.v4.new_markdown_cell(source)
+    cell.metadata["tags"] = [tag]
+    cell["id"] = tag
+    page.cells.insert(1 if page.cells and page.cells[0].cell_type == "markdown" else 0, cell)
+
+
 def stage(args: argparse.Namespace) -> int:
     import nbformat
 
@@ -305,18 +438,18 @@ def stage(args: argparse.Namespace) -> int:
         chapter_path = args.chapter_dir / executed.name
         if not chapter_path.exists():
             continue
+        page = nbformat.read(executed, as_version=4)
+        if executed.stem.startswith(NOT_RECORDED_PREFIX):
+            nbformat.write(page, args.out / executed.name)
+            continue
         chapter = nbformat.read(chapter_path, as_version=4)
-        page, stale = choose_page(chapter, args.pages, executed.stem)
-        if page is None:
-            page = nbformat.read(executed, as_version=4)
-            if page.metadata.get("book", {}).get("best_on", "gpu") != "cpu":
-                cell = nbformat.v4.new_markdown_cell(cpu_note(stale))
-                cell.metadata["tags"] = [CPU_NOTE_TAG]
-                cell["id"] = "cpu-run-note"
-                page.cells.insert(1 if page.cells and page.cells[0].cell_type == "markdown"
-                                  else 0, cell)
-        else:
+        recorded, stale = choose_page(chapter, args.pages, executed.stem)
+        if recorded is not None:
+            page = splice(page, recorded)
+            _insert_note(page, stamp_text(page.metadata["book"]["recorded_run"]), STAMP_TAG)
             shown.append(f"{executed.stem} ({page.metadata['book']['recorded_run']['slug']})")
+        elif page.metadata.get("book", {}).get("best_on", "gpu") != "cpu":
+            _insert_note(page, cpu_note(stale), CPU_NOTE_TAG)
         nbformat.write(page, args.out / executed.name)
     print("Recorded GPU pages shown: " + (", ".join(shown) if shown else "none"))
     return 0
@@ -341,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="an MNIST archive (MNIST/raw/*) to unpack")
     parser.add_argument("--install-only", action="store_true",
                         help="only install from --wheelhouse (and unpack its data), then stop")
+    parser.add_argument("--allow-cpu", action="store_true",
+                        help="record a run without a GPU (a test of the report, never committed)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
     s = sub.add_parser("stage", help="choose the outputs each page of the book shows")
     s.add_argument("--executed", type=Path, required=True, help="the CPU-executed chapters")

@@ -1,13 +1,15 @@
 """Prepare a wheelhouse for the GPU report on a server without internet access.
 
-    python scripts/wheelhouse.py --out _build/wheelhouse --python 3.11 \
-        --platform manylinux2014_x86_64            # on a machine with internet
+    python scripts/wheelhouse.py --out _build/wheelhouse --python 3.12   # with internet
     # copy _build/wheelhouse to the GPU server, then, in the book's folder there:
     python scripts/gpu_report.py --wheelhouse _build/wheelhouse
 
-The wheelhouse holds, for the named Python version and platform:
+The wheelhouse holds, for the named Python version and platforms (by default every glibc
+Linux x86-64 tag from manylinux_2_28 down to manylinux2014: pip never widens a manylinux tag it
+is given, and numpy >= 2.3 publishes manylinux_2_28 wheels only):
 
-- the book's helpers package, built from this checkout;
+- the book's helpers package, built from this checkout (the report itself runs the
+  checkout's helpers; the wheel is for running chapters outside the book's folder);
 - the packages a typical CUDA image (one with torch and torchvision) lacks: the notebook
   runner and its kernel, the trainers chapter 10 compares (torchkeras, Accelerate, Lightning)
   and the libraries the chapters use, each with its dependencies; never torch, torchvision,
@@ -33,7 +35,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: What the report and the chapters need beyond torch and torchvision.
 PACKAGES = ("nbclient", "nbformat", "ipykernel", "nbmake", "pytest", "ipywidgets", "torchkeras",
             "accelerate", "lightning", "torchmetrics", "numpy", "pandas", "matplotlib", "tqdm",
-            "pillow")
+            "pillow", "pyyaml")
+#: The wheel platform tags accepted by default, newest first: a glibc 2.28+ x86-64 server
+#: (any current CUDA image) runs them all.
+DEFAULT_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_26_x86_64",
+                     "manylinux_2_24_x86_64", "manylinux2014_x86_64")
 #: Already in a CUDA image, tied to its driver: never downloaded.
 IMAGE_HAS = re.compile(r"^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$")
 
@@ -123,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
                         help="the GPU server's Python version, e.g. 3.11 (default: this one)")
     parser.add_argument("--platform", action="append", default=[],
-                        help="the server's wheel platform tag (repeatable; default "
-                             "manylinux2014_x86_64)")
+                        help="a wheel platform tag the server accepts (repeatable; default "
+                             f"{', '.join(DEFAULT_PLATFORMS)})")
     parser.add_argument("--packages", default=",".join(PACKAGES),
                         help="comma-separated packages to download with their dependencies "
                              "(default: what a CUDA image lacks); empty for none")
@@ -139,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     wheel = build_helpers_wheel(out)
     print(f"helpers: {wheel.name}")
     if specs:
-        got = download(specs, out, args.python, args.platform or ["manylinux2014_x86_64"])
+        got = download(specs, out, args.python, args.platform or list(DEFAULT_PLATFORMS))
         print(f"downloaded {len(got)} wheel(s) for Python {args.python}")
     # The helpers wheel is installed by file name (it replaces any older copy); these are
     # the rest, resolved from the wheelhouse and what the machine already has.

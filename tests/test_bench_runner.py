@@ -465,3 +465,26 @@ def test_the_command_explains_itself():
     usage = textwrap.dedent(proc.stdout)
     for option in ("--quick", "--only", "--out", "--list", "--device"):
         assert option in usage
+
+
+def test_precision_flags_name_the_convolution_setting_cudnn_reads():
+    import torch
+
+    from helpers.bench import core
+
+    cudnn = torch.backends.cudnn
+    old = cudnn.conv.fp32_precision
+    # conv set apart from RNN with the new API, as a chapter may do
+    cudnn.conv.fp32_precision = "ieee" if cudnn.rnn.fp32_precision != "ieee" else "tf32"
+    try:
+        flags = core.precision_flags()
+        assert flags["cudnn_conv_fp32_precision"] == cudnn.conv.fp32_precision
+        assert flags["cudnn_conv_fp32_precision"] != flags["cudnn_rnn_fp32_precision"]
+    finally:
+        cudnn.conv.fp32_precision = old
+    # cudnn.fp32_precision is the CUDA-wide default, recorded under that name
+    assert flags["cuda_fp32_precision"] == cudnn.fp32_precision
+    assert flags["cudnn_rnn_fp32_precision"] == cudnn.rnn.fp32_precision
+    assert "cudnn_fp32_precision" not in flags
+    # the legacy flag has no single answer while conv and RNN differ: recorded as unknown
+    assert flags["cudnn_allow_tf32"] is None

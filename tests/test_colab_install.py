@@ -5,6 +5,7 @@ setup cell installs `helpers` from a built package (not from the repository fold
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ def _wheelhouse():
     return module
 
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
+FAKE = ROOT / "tests" / "fixtures" / "fake-gpu-result.json"
 
 pytestmark = pytest.mark.slow
 
@@ -47,9 +49,18 @@ def run(cmd, **kwargs):
 
 @pytest.mark.skipif(not CHAPTER.exists(), reason="chapter 1 is not written yet")
 def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
-    # 1. Build the package the way a user gets it: a wheel, not the source folder.
+    # 1. Build the package the way a user gets it: a wheel, not the source folder; built from
+    #    a copy of the sources whose results/ also holds a fake GPU machine's result file.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "helpers", source / "helpers", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "results", source / "results", ignore=shutil.ignore_patterns("pages"))
+    shutil.copy(FAKE, source / "results" / FAKE.name)
     dist = tmp_path / "dist"
-    wheel = _wheelhouse().build_helpers_wheel(dist)
+    wheel = _wheelhouse().build_helpers_wheel(dist, source=source)
     assert [p.name for p in dist.iterdir()] == [wheel.name]
 
     # 2. A clean environment: its own interpreter, torch & co. visible as Colab's are
@@ -92,13 +103,22 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     got = {p.relative_to(env_site).as_posix() for p in (env_site / "helpers").rglob("*.py")}
     assert shipped <= got, f"missing from the package: {sorted(shipped - got)}"
     # the committed result files travel with the package, so the chapters show them on Colab
-    committed = sorted(p.name for p in (ROOT / "results").glob("*.json"))
+    committed = sorted(p.name for p in (source / "results").glob("*.json"))
+    assert FAKE.name in committed
     assert sorted(p.name for p in (env_site / "helpers" / "_results").glob("*.json")) == committed
     seen = run([str(py), "-c", "from helpers.results import load_results, results_dir; "
                 "print(results_dir()); print(*sorted(d['_path'].rsplit('/', 1)[1] "
                 "for d in load_results()))"], cwd=work, env=env).stdout.splitlines()
     assert seen[0] == str(env_site / "helpers" / "_results")
     assert seen[1].split() == committed
+    # and the chapters' table shows the GPU machine's figures from the installed copy
+    shown = run([str(py), "-c", "import helpers.results as r; r.show_committed('matmul')"],
+                cwd=work, env=env).stdout
+    fake = json.loads(FAKE.read_text())
+    assert "Fake GPU for tests x1" in shown and "driver 000.00-fake" in shown
+    matmul = [f for f in fake["figures"] if f["workload"] == "matmul"]
+    assert all(f"{f['name']} [{f['unit']}] on {f['device']}" in shown for f in matmul)
+    assert any(f"{f['value']:g}" in shown or f"{f['value']}" in shown for f in matmul), shown
     nb = nbformat.read(out, as_version=4)
     setup_cell = next(c for c in nb.cells if c.cell_type == "code")
     setup_output = "".join(o.get("text", "") for o in setup_cell.outputs

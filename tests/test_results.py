@@ -73,17 +73,24 @@ def test_one_column_per_machine_even_for_the_same_gpu(tmp_path, capsys):
 
 
 def test_show_committed_displays_itself_inside_a_kernel(tmp_path, monkeypatch, capsys):
-    """Inside a notebook the table goes through IPython's display, so a call inside if/else
-    shows it; what it displays is the table it returns."""
+    """Inside a notebook the stamps and the table go out as one display output, marked so the
+    book build can tell it apart (a recorded GPU page takes it from the CPU build)."""
     write(tmp_path, "gpu-h100", 1, [FIG])
     shown = []
     fake_shell = types.SimpleNamespace(kernel=object())
     monkeypatch.setattr("IPython.get_ipython", lambda: fake_shell)
-    monkeypatch.setattr("IPython.display.display", lambda obj: shown.append(obj))
+    monkeypatch.setattr("IPython.display.display",
+                        lambda obj, **kw: shown.append((obj, kw)))
     wide = results.show_committed("matmul", directory=tmp_path)
-    assert len(shown) == 1 and shown[0] is wide
-    out = capsys.readouterr().out
-    assert "Device gpu-h100 x1" in out and "fp32_tflops" not in out  # not printed twice
+    ((data, kw),) = shown
+    assert kw == {"raw": True, "metadata": {results.DISPLAY_KEY: "matmul"}}
+    assert "Device gpu-h100 x1, driver 580.1" in data["text/plain"]
+    assert wide.to_string() in data["text/plain"]
+    assert wide.to_html() in data["text/html"] and "Device gpu-h100 x1, driver" in data["text/html"]
+    assert capsys.readouterr().out == ""  # shown once, not printed as well
+    results.show_committed("regression", directory=tmp_path)
+    assert shown[-1][1]["metadata"] == {results.DISPLAY_KEY: "regression"}
+    assert "No committed GPU results" in shown[-1][0]["text/plain"]
 
 
 def test_show_committed_says_when_there_is_nothing(tmp_path, capsys):
@@ -136,6 +143,38 @@ def test_show_committed_in_a_notebook_branch(tmp_path):
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     outputs = nb.cells[0].outputs
     kinds = [o["output_type"] for o in outputs]
-    assert kinds.count("display_data") == 1, kinds
-    data = next(o for o in outputs if o["output_type"] == "display_data")["data"]
+    assert kinds == ["display_data"], kinds
+    assert outputs[0]["metadata"] == {results.DISPLAY_KEY: "matmul"}
+    data = outputs[0]["data"]
     assert "123.25" in data["text/html"] and "Device gpu-h100 x1" in data["text/html"]
+
+
+def test_a_figure_one_machine_lacks_is_shown_as_missing_not_dropped(tmp_path, capsys):
+    """A T4 (compute capability 7.5) measures no bf16 recipe: its column is empty there, and
+    the other machine's figure, the report's tables and the plot are unaffected."""
+    import matplotlib.pyplot as plt
+
+    from helpers.bench import report
+
+    bf16 = dict(FIG, workload="recipes", name="bf16_autocast_speedup", unit="x", value=1.9)
+    plain = dict(FIG, workload="recipes", name="plain_step_ms", unit="ms", value=1.2)
+    lines = dict(FIG, workload="cuda_semantics", name="async_error_lines_late", unit="lines",
+                 value=3.0)
+    write(tmp_path, "gpu-h100-x1", 1, [bf16, plain, lines], device_name="H100", version=2)
+    write(tmp_path, "gpu-t4-x1", 1, [dict(plain, value=4.5)], device_name="T4", version=2)
+    wide = results.show_committed("recipes", directory=tmp_path)
+    assert list(wide.columns) == ["H100 x1", "T4 x1"]
+    row = "bf16_autocast_speedup [x] on cuda:0"
+    assert wide.loc[row, "H100 x1"] == 1.9 and wide.loc[row, "T4 x1"] != wide.loc[row, "T4 x1"]
+    assert wide.loc["plain_step_ms [ms] on cuda:0", "T4 x1"] == 4.5
+    assert "NaN" in capsys.readouterr().out
+    docs = results.load_results(tmp_path)
+    table = report.figures_table(docs)
+    assert report.missing_figures(docs, table) == []
+    assert sorted(report.workloads(docs)) == ["cuda_semantics", "recipes"]
+    for workload in ("recipes", "cuda_semantics"):
+        fig = report.plot_workload(docs, workload)
+        assert fig is not None
+        plt.close(fig)
+    only_h100 = results.show_committed("cuda_semantics", directory=tmp_path)
+    assert list(only_h100.columns) == ["H100 x1"]  # a machine without the workload has no column

@@ -1,13 +1,16 @@
-"""The GPU report (scripts/gpu_report.py) end to end on the CPU at quick sizes, the rule that
-decides which outputs a page of the book shows, and the recorded pages' own checks."""
+"""The GPU report (scripts/gpu_report.py) end to end on the CPU at quick sizes, offline from a
+wheelhouse, in a copy of the book without .git, as on a GPU server; the rule that decides which
+outputs a page of the book shows; and the recorded pages' own checks."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import nbformat
@@ -20,6 +23,9 @@ from tests.test_notebooks import output_problems
 SCRIPT = ROOT / "scripts" / "gpu_report.py"
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
 RECORDED = sorted((ROOT / "results" / "pages").glob("*/*.ipynb"))
+COMMIT = "feedc0ffee0123456789"
+MNIST_NAMES = ["t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "train-images-idx3-ubyte",
+               "train-labels-idx1-ubyte"]
 
 
 def load_script():
@@ -32,68 +38,163 @@ def load_script():
 report = load_script()
 
 
+def run(cmd, **kwargs):
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kwargs)
+    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def copy_of_the_book(target: Path) -> Path:
+    """The book's tracked files (as they are now), without .git: what a GPU server gets."""
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    for name in files:
+        src = ROOT / name
+        if not src.exists() and not src.is_symlink():
+            continue
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target / name, follow_symlinks=False)
+    return target
+
+
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
-    """One chapter recorded on this CPU by the real command, with a quick, partial benchmark."""
+    """The real command, on a copy of the book without .git, in a clean environment that has
+    torch & co. (as a CUDA image does) but not the helpers, offline from a wheelhouse: chapter 1
+    and two small chapters that fail (one raises, one warns), the quick matmul benchmark."""
+    from helpers.bench.__main__ import machine_record
+    from helpers.devices import best_device
+
     tmp = tmp_path_factory.mktemp("gpu-report")
+    raw = tmp / "mnist-src"
+    raw.mkdir()
+    for name in MNIST_NAMES:
+        (raw / name).write_bytes(name.encode() * 100)
+    wheelhouse = tmp / "wheelhouse"
+    # a tiny set: no downloads, the helpers wheel and the data
+    run([sys.executable, str(ROOT / "scripts" / "wheelhouse.py"), "--out", str(wheelhouse),
+         "--packages", "", "--mnist", str(raw)])
+    assert (wheelhouse / "mnist-raw.tar.gz").exists()
+    assert (wheelhouse / "requirements.txt").read_text().split() == []
+
+    book = copy_of_the_book(tmp / "book")
+    assert not (book / ".git").exists()
+    for stem, code in (("98_warns", "import warnings\nwarnings.warn('a warning the page must not show')"),
+                       ("99_fails", "raise RuntimeError('this chapter fails')")):
+        nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T"),
+                                                       nbformat.v4.new_code_cell(code)]),
+                       book / "chapters" / f"{stem}.ipynb")
+    slug = machine_record(best_device(None))["slug"]
+    stale = book / "results" / "pages" / slug
+    stale.mkdir(parents=True)
+    for stem in ("98_warns", "99_fails"):  # pages of an earlier run that must not survive
+        shutil.copy(CHAPTER, stale / f"{stem}.ipynb")
+
+    env_dir = tmp / "env"
+    run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
+    py = env_dir / "bin" / "python"
+    site = Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+                .stdout.strip())
+    (site / "preinstalled.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("BOOK_", "PYTHON", "VIRTUAL_ENV", "JUPYTER"))}
+    env.update({"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "", "BOOK_COMMIT": COMMIT,
+                "HOME": str(tmp / "home"), "JUPYTER_PATH": str(tmp / "jupyter"),
+                "JUPYTER_DATA_DIR": str(tmp / "jupyter"), "MPLBACKEND": "agg"})
+    elsewhere = tmp / "elsewhere"
+    elsewhere.mkdir()
+    probe = subprocess.run([str(py), "-c", "import helpers"], cwd=elsewhere, env=env,
+                           capture_output=True, text=True)
+    assert probe.returncode != 0, "helpers must not be importable before the report runs"
     proc = subprocess.run(
-        [sys.executable, str(SCRIPT), "--chapters", CHAPTER.stem, "--quick",
-         "--bench-only", "matmul", "--results", str(tmp / "results"), "--work", str(tmp / "work")],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return tmp, proc.stdout
+        [str(py), str(book / "scripts" / "gpu_report.py"), "--wheelhouse", str(wheelhouse),
+         "--allow-cpu", "--chapters", f"{CHAPTER.stem},98_warns,99_fails", "--quick",
+         "--bench-only", "matmul"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
+    return {"tmp": tmp, "book": book, "site": site, "slug": slug, "proc": proc,
+            "work": book / "_build" / "gpu-report", "pages": book / "results" / "pages"}
+
+
+@pytest.mark.slow
+def test_the_report_runs_offline_from_a_copy_and_writes_into_that_copy(recorded):
+    proc, book, slug = recorded["proc"], recorded["book"], recorded["slug"]
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]  # two chapters fail on purpose
+    assert "failed chapter(s) 98_warns, 99_fails" in proc.stderr, out[-3000:]
+    assert f"{CHAPTER.stem}: passed" in proc.stdout, out[-3000:]
+    # everything lands in the book's copy: never in site-packages, home or the current folder
+    assert sorted(p.name for p in (recorded["pages"] / slug).iterdir()) == [CHAPTER.name]
+    assert not list(recorded["site"].rglob("*.ipynb")) and not (recorded["site"] / "helpers").exists()
+    assert not (recorded["tmp"] / "home" / ".cache" / "pytorch-on-the-gpu").exists()
+    assert not any((recorded["tmp"] / "elsewhere").iterdir())
+    assert sorted(p.name for p in (book / "data" / "MNIST" / "raw").iterdir()) == MNIST_NAMES
+    summary = json.loads((recorded["work"] / "report.json").read_text())
+    assert "warning" in summary["chapters"]["98_warns"]["error"]
+    assert "this chapter fails" in summary["chapters"]["99_fails"]["error"]
 
 
 @pytest.mark.slow
 def test_the_report_writes_a_result_file_and_stamped_pages(recorded):
-    tmp, stdout = recorded
-    (result,) = (tmp / "results").glob("*.json")
+    work, slug = recorded["work"], recorded["slug"]
+    (result,) = (work / "bench").glob("*.json")
     assert schema.validate_file(result) == []
     doc = json.loads(result.read_text())
     assert doc["quick"] is True and "--only matmul" in doc["command"]
-    slug = doc["machine"]["slug"]
-    page_path = tmp / "results" / "pages" / slug / CHAPTER.name
-    assert (tmp / "work" / "chapters" / CHAPTER.name).exists(), "the executed notebook is kept"
+    assert doc["machine"]["slug"] == slug
+    page_path = recorded["pages"] / slug / CHAPTER.name
+    assert (work / "chapters" / CHAPTER.name).exists(), "the executed notebook is kept"
     page = nbformat.read(page_path, as_version=4)
     run = page.metadata["book"]["recorded_run"]
     import torch
 
     assert run["torch"] == str(torch.__version__)
     assert run["code_hash"] == report.code_hash(nbformat.read(CHAPTER, as_version=4))
-    for key in ("device", "driver", "cuda", "book_commit", "date", "slug"):
+    for key in ("device", "driver", "cuda", "date", "slug"):
         assert key in run, key
-    assert run["book_commit"] == doc["machine"]["book_commit"]
+    # a copy without .git names its commit with BOOK_COMMIT, in the pages and the result file
+    assert run["book_commit"] == doc["machine"]["book_commit"] == COMMIT
     stamp = page.cells[1]
     assert report.STAMP_TAG in stamp.metadata["tags"]
     assert f"torch {run['torch']}" in stamp.source and run["date"][:10] in stamp.source
+    assert COMMIT[:10] in stamp.source
     assert "CI also runs this page on a CPU-only machine" in stamp.source
     assert output_problems(page) == []
-    assert "smoke test" in stdout and "not for committing" in stdout
 
 
 @pytest.mark.slow
-def test_a_page_shows_the_recorded_run_only_while_its_code_matches(recorded):
-    tmp, _ = recorded
-    pages = tmp / "results" / "pages"
-    executed = tmp / "cpu-executed"
+def test_a_page_shows_the_recorded_run_only_while_its_code_matches(recorded, tmp_path):
+    pages = tmp_path / "pages"
+    shutil.copytree(recorded["pages"], pages)
+    executed = tmp_path / "cpu-executed"
     executed.mkdir()
-    cpu = nbformat.read(tmp / "work" / "chapters" / CHAPTER.name, as_version=4)
+    cpu = nbformat.read(recorded["work"] / "chapters" / CHAPTER.name, as_version=4)
     cpu.metadata["book"]["from"] = "the CPU build"  # tells the CPU copy apart
+    first_code = next(c for c in cpu.cells if c.cell_type == "code")
+    first_code.outputs = [nbformat.v4.new_output("stream", name="stdout", text="CPU build\n")]
+    prose = next(c for c in cpu.cells if c.cell_type == "markdown")
+    prose.source += "\n\nA sentence added after the recorded run."
     nbformat.write(cpu, executed / CHAPTER.name)
-    chapters = tmp / "chapters"
+    chapters = tmp_path / "chapters"
     chapters.mkdir()
     shutil.copy(CHAPTER, chapters / CHAPTER.name)
 
     def staged() -> nbformat.NotebookNode:
-        out = tmp / "staged"
+        out = tmp_path / "staged"
         shutil.rmtree(out, ignore_errors=True)
         assert report.main(["stage", "--executed", str(executed), "--out", str(out),
                             "--chapter-dir", str(chapters), "--pages", str(pages)]) == 0
         return nbformat.read(out / CHAPTER.name, as_version=4)
 
     current = staged()
-    assert "recorded_run" in current.metadata["book"] and "from" not in current.metadata["book"]
+    recorded_page = nbformat.read(pages / recorded["slug"] / CHAPTER.name, as_version=4)
+    assert current.metadata["book"]["recorded_run"] == recorded_page.metadata["book"]["recorded_run"]
     assert report.STAMP_TAG in current.cells[1].metadata["tags"]
+    # the recorded outputs, in the current chapter's prose
+    shown = next(c for c in current.cells if c.cell_type == "code")
+    recorded_code = next(c for c in recorded_page.cells if c.cell_type == "code")
+    assert shown.outputs == recorded_code.outputs and "CPU build" not in str(shown.outputs)
+    assert any("A sentence added after the recorded run." in c.source for c in current.cells)
+    assert output_problems(current) == []
 
     edited = nbformat.read(chapters / CHAPTER.name, as_version=4)
     code = next(c for c in edited.cells if c.cell_type == "code" and c.source.strip())
@@ -101,6 +202,7 @@ def test_a_page_shows_the_recorded_run_only_while_its_code_matches(recorded):
     nbformat.write(edited, chapters / CHAPTER.name)
     stale = staged()
     assert stale.metadata["book"]["from"] == "the CPU build"
+    assert "recorded_run" not in stale.metadata["book"]
     assert report.CPU_NOTE_TAG in stale.cells[1].metadata["tags"]
     assert "earlier version of this page's code" in stale.cells[1].source
 
@@ -140,3 +242,106 @@ def test_recorded_pages_are_clean_and_stamped(path):
     assert run["slug"] == path.parent.name
     assert (ROOT / "chapters" / path.name).exists(), "a recorded page of a chapter that is gone"
     assert any(report.STAMP_TAG in c.metadata.get("tags", []) for c in page.cells)
+
+
+def _marked(text: str, workload: str = "matmul"):
+    return nbformat.v4.new_output("display_data", data={"text/plain": text},
+                                  metadata={report.COMMITTED_KEY: workload})
+
+
+def test_a_recorded_page_keeps_the_current_prose_and_the_books_committed_tables():
+    from helpers.results import DISPLAY_KEY
+
+    assert report.COMMITTED_KEY == DISPLAY_KEY
+    code = "print('live')\ncommitted = helpers.results.show_committed('matmul')"
+    cpu = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Title\n\nProse as it is now."),
+        nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell("x = 1")])
+    cpu.metadata["book"] = {"chapter": 3}
+    cpu.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="live on cpu\n"),
+                            _marked("every machine committed now")]
+    gpu = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Title\n\nProse as it was."),
+        nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell("x = 1")])
+    gpu.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="live on cuda\n"),
+                            _marked("the machines committed back then")]
+    gpu.cells[1].execution_count = 7
+    gpu.metadata["book"] = {"recorded_run": {"slug": "gpu-x1"}}
+    gpu.metadata["widgets"] = {"state": "recorded"}
+
+    page = report.splice(cpu, gpu)
+    assert page.cells[0].source.endswith("Prose as it is now.")
+    assert [o.get("text") or o["data"]["text/plain"] for o in page.cells[1].outputs] == \
+        ["live on cuda\n", "every machine committed now"]
+    assert page.cells[1].execution_count == 7
+    assert page.metadata["book"] == {"chapter": 3, "recorded_run": {"slug": "gpu-x1"}}
+    assert page.metadata["widgets"] == {"state": "recorded"}
+    assert cpu.cells[1].outputs[0]["text"] == "live on cpu\n", "the CPU copy is left alone"
+    gpu.cells.append(nbformat.v4.new_code_cell("y = 2"))
+    with pytest.raises(ValueError, match="code cells"):
+        report.splice(cpu, gpu)
+
+
+def test_the_appendix_is_never_recorded_nor_replaced(tmp_path):
+    names = [p.stem for p in report.chosen_chapters("")]
+    assert "appendix_results" not in names and CHAPTER.stem in names
+    with pytest.raises(SystemExit, match="never recorded"):
+        report.chosen_chapters("appendix_results")
+    with pytest.raises(SystemExit, match="no such chapter"):
+        report.chosen_chapters("00_nothing")
+    # even a recorded appendix with the current code hash is not shown
+    chapters, executed, pages = tmp_path / "c", tmp_path / "e", tmp_path / "p"
+    for folder in (chapters, executed, pages / "gpu-x1"):
+        folder.mkdir(parents=True)
+    appendix = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A"),
+                                               nbformat.v4.new_code_cell("print(1)")])
+    nbformat.write(appendix, chapters / "appendix_results.ipynb")
+    nbformat.write(appendix, executed / "appendix_results.ipynb")
+    gpu = nbformat.v4.new_notebook(cells=appendix.cells)
+    gpu.metadata["book"] = {"recorded_run": {"slug": "gpu-x1", "gpu_count": 1, "date": "2026",
+                                             "code_hash": report.code_hash(appendix)}}
+    nbformat.write(gpu, pages / "gpu-x1" / "appendix_results.ipynb")
+    assert report.main(["stage", "--executed", str(executed), "--out", str(tmp_path / "o"),
+                        "--chapter-dir", str(chapters), "--pages", str(pages)]) == 0
+    assert nbformat.read(tmp_path / "o" / "appendix_results.ipynb", as_version=4) == appendix
+
+
+@pytest.fixture
+def in_process(monkeypatch, tmp_path):
+    """``report.main`` in this process: its environment changes are undone afterwards."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.delenv("BOOK_COMMIT", raising=False)
+    monkeypatch.delenv("BOOK_DEVICE", raising=False)
+    installs = []
+    monkeypatch.setattr(report, "install_wheelhouse", installs.append)
+    return installs
+
+
+def test_an_old_torch_is_refused_before_anything_is_installed(in_process, monkeypatch, tmp_path):
+    import helpers
+
+    monkeypatch.setattr(helpers, "MIN_TORCH", "99.0")
+    with pytest.raises(SystemExit, match="older than 99.0"):
+        report.main(["--wheelhouse", str(tmp_path), "--allow-cpu", "--work", str(tmp_path)])
+    assert in_process == []
+
+
+def test_a_machine_without_an_accelerator_is_refused(in_process, monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setattr("helpers.devices.best_device", lambda override=None: torch.device("cpu"))
+    with pytest.raises(SystemExit, match="no GPU or other accelerator") as caught:
+        report.main(["--chapters", CHAPTER.stem, "--work", str(tmp_path)])
+    assert "--allow-cpu" in str(caught.value) and "REPORT_PY" in str(caught.value)
+    assert not any(tmp_path.iterdir()), "nothing ran"
+
+
+def test_a_full_run_needs_the_books_commit(in_process, monkeypatch, tmp_path):
+    import torch
+
+    monkeypatch.setattr("helpers.devices.best_device", lambda override=None: torch.device("cpu"))
+    monkeypatch.setattr(report, "book_commit", lambda: "unknown")
+    with pytest.raises(SystemExit, match="BOOK_COMMIT="):
+        report.main(["--allow-cpu", "--work", str(tmp_path)])
+    monkeypatch.setenv("BOOK_COMMIT", "abc123")
+    assert load_script().book_commit() == "abc123"

@@ -262,11 +262,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if device.type == "meta":
-        print("error: the meta device holds shapes without data and computes nothing, so it "
-              "has no speed to measure; choose a real device (--device cpu, cuda, mps, ...).",
-              file=sys.stderr)
-        return EXIT_USAGE
     unwritable = _check_writable(out)
     if unwritable is not None:
         print(f"error: cannot write the result file into {out} ({unwritable}); nothing was "

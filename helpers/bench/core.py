@@ -152,21 +152,35 @@ def _accelerator() -> tuple[str | None, list[dict[str, Any]]]:
     return None, []
 
 
+def _legacy_flag(read: Any) -> bool | None:
+    """A legacy ``allow_tf32`` flag, or None where torch cannot answer it: torch >= 2.9 raises
+    when the new per-operation settings disagree (cuDNN conv and RNN set differently)."""
+    try:
+        return bool(read())
+    except RuntimeError:
+        return None
+
+
 def precision_flags() -> dict[str, Any]:
     """The TF32 and cuDNN settings in force, which change what a matmul or convolution measures."""
     with warnings.catch_warnings():  # some torch versions deprecate reading the old flags
         warnings.simplefilter("ignore")
         flags: dict[str, Any] = {
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "cuda_matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
-            "cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "cuda_matmul_allow_tf32": _legacy_flag(lambda: torch.backends.cuda.matmul.allow_tf32),
+            "cudnn_allow_tf32": _legacy_flag(lambda: torch.backends.cudnn.allow_tf32),
             "cudnn_enabled": bool(torch.backends.cudnn.enabled),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
             "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
         }
+        # torch >= 2.9's per-operation settings: cudnn.fp32_precision is the CUDA-wide
+        # default ("cuda", "all"); convolutions and RNNs read cudnn.conv and cudnn.rnn.
+        cudnn = torch.backends.cudnn
         for name, owner in (("cuda_matmul_fp32_precision", torch.backends.cuda.matmul),
-                            ("cudnn_fp32_precision", torch.backends.cudnn)):
-            value = getattr(owner, "fp32_precision", None)  # torch >= 2.9
+                            ("cuda_fp32_precision", cudnn),
+                            ("cudnn_conv_fp32_precision", getattr(cudnn, "conv", None)),
+                            ("cudnn_rnn_fp32_precision", getattr(cudnn, "rnn", None))):
+            value = getattr(owner, "fp32_precision", None)
             if isinstance(value, str):
                 flags[name] = value
     return flags
