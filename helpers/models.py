@@ -43,8 +43,9 @@ class MnistCNN(nn.Module):
 class LinearRegression(nn.Module):
     """``y = x @ w.T + b`` with ``w`` of shape ``[1, d]`` and ``b`` of shape ``[1]`` (chapter 4).
 
-    Parameters start from a seeded normal draw (``w``) and zero (``b``), as in Wang Zhefeng's
-    tutorial, so CPU and GPU runs start from the same point.
+    Parameters start from a seeded normal draw (``w``) and zero (``b``), as in both of
+    chapter 4's tutorials (Wang Zhefeng's *PyTorch 训练模型 GPU* and lyhue1991's *6-3,
+    使用GPU训练模型*), so CPU and GPU runs start from the same point.
     """
 
     def __init__(self, n_features: int = 2, seed: int = 0) -> None:

@@ -32,7 +32,9 @@ def _accuracy(num_classes: int, device: torch.device) -> torchmetrics.Metric:
     # average="micro" is the fraction of correct predictions; torchmetrics' default ("macro")
     # would be the mean of the per-class recalls. validate_args=False: the argument checks may
     # call torch.unique at every update (torchmetrics 1.9 does when the predictions are class
-    # indices), which waits for the GPU each step; the loss already rejects a bad label.
+    # indices), which waits for the GPU each step. A label outside the classes still fails in
+    # the loss: at once on the CPU, on CUDA as a device-side assert reported by a later call
+    # (chapter 11, "Errors surface late").
     return torchmetrics.classification.MulticlassAccuracy(
         num_classes=num_classes, average="micro", validate_args=False).to(device)
 
@@ -68,9 +70,12 @@ def train_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One optimiser step on a batch; returns the detached loss and the logits (chapter 5).
 
-    Nothing in it waits for the device: the batch is copied with ``non_blocking`` (see
+    The caller puts ``model`` in training mode (:func:`train_epoch` does). On CUDA, PyTorch
+    itself never waits for the device in it: the batch is copied with ``non_blocking`` (see
     :func:`default_non_blocking`), the loss stays a device tensor, and ``metric`` (if given)
-    is updated on the device without its argument checks.
+    is updated on the device without its argument checks. From pageable memory the CUDA driver
+    may still wait for the stream while it stages the copy (CUDA's "API synchronization
+    behavior"); from pinned memory it does not. On ``mps`` the copy is a blocking one.
     """
     if non_blocking is None:
         non_blocking = default_non_blocking(device)

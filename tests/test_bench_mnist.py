@@ -79,3 +79,35 @@ def test_mnist_loaders_validate_on_held_out_training_images() -> None:
     assert list(small_train.dataset.indices) == list(range(100))
     with pytest.raises(ValueError, match="val_size"):
         mnist_loaders(val_size=60_000)
+
+
+def test_the_benchmark_trains_with_the_books_step(monkeypatch) -> None:
+    # Both paths go through helpers.training.train_step, so they copy batches the way the book's
+    # loop does (non_blocking on CUDA) and differ only in where the batches come from.
+    from helpers import training
+
+    calls = []
+
+    def counting_step(*args, **kwargs):
+        calls.append(len(args[2]))
+        return training.train_step(*args, **kwargs)
+
+    monkeypatch.setattr(bench_mnist, "train_step", counting_step)
+    x, y = torch.rand(300, 1, 28, 28), torch.randint(0, 10, (300,))
+    bench_mnist.train_images_per_s(TensorBatches(x, y, batch_size=128), "cpu", warmup_batches=1)
+    assert calls == [128, 128, 128, 44]  # one warm-up step, then the epoch's three batches
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_the_dataloader_path_never_waits_for_the_gpu() -> None:
+    device = torch.device("cuda", torch.cuda.current_device())
+    model, optimizer = bench_mnist._model_and_optimizer(device)
+    pageable = [(torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,))) for _ in range(3)]
+    bench_mnist._train_epoch(model, optimizer, pageable[:1], device)  # warm-up: optimiser state
+    torch.cuda.synchronize(device)
+    torch.cuda.set_sync_debug_mode("error")  # a blocking copy or .item() below raises
+    try:
+        seen = bench_mnist._train_epoch(model, optimizer, pageable, device)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert seen == 3 * 128

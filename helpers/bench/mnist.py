@@ -4,8 +4,10 @@ Chapter 5 (MNIST, CPU vs GPU) trains the CNN of Wang Zhefeng's tutorial *PyTorch
 with that tutorial's DataLoader (``ToTensor()`` on every PIL image, batch 128, no worker processes) and then with the
 whole dataset kept on the device as one tensor, batched by indexing
 (:func:`helpers.data.mnist_tensors` + :class:`helpers.data.TensorBatches`). This module measures
-the same two paths for the book's benchmark command, with the same model, optimiser (Adam) and
-batch size, so the only difference is where the batches come from.
+the same two paths for the book's benchmark command, with the same model, optimiser (Adam),
+batch size and training step (:func:`helpers.training.train_step`), so the two differ only in
+where the batches come from: decoded by the DataLoader and copied to the device at every step
+(``non_blocking`` on CUDA, from pageable memory), or indexed on the device.
 
 Figures (``quick=False``; ``quick=True`` trains on a small subset and says so in each note):
 
@@ -33,7 +35,7 @@ from helpers.bench.core import Figure, workload
 from helpers.data import TensorBatches, mnist, mnist_tensors
 from helpers.models import MnistCNN
 from helpers.timing import synchronize
-from helpers.training import evaluate
+from helpers.training import evaluate, train_step
 
 __all__ = ["BATCH_SIZE", "CPU_BUDGET_S", "CPU_IMAGES", "LR", "LR_DECAY", "TARGET_ACCURACY", "run",
            "seed_loader", "time_to_accuracy", "train_images_per_s"]
@@ -75,17 +77,15 @@ def _model_and_optimizer(device: torch.device, seed: int = 0) -> tuple[nn.Module
 
 def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, batches,
                  device: torch.device, max_batches: int | None = None) -> int:
-    """One training pass (no ``.item()``, so nothing waits for the device); returns images seen."""
+    """One training pass of :func:`helpers.training.train_step` (the book's step: no ``.item()``,
+    copies ``non_blocking`` on CUDA), with no metric; returns the number of images seen."""
     model.train()
     loss_fn = nn.CrossEntropyLoss()
     seen = 0
     for i, (x, y) in enumerate(batches):
         if max_batches is not None and i >= max_batches:
             break
-        x, y = x.to(device), y.to(device)
-        optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        optimizer.step()
+        train_step(model, x, y, optimizer, loss_fn, device)
         seen += len(y)
     return seen
 
