@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import ast
 import ctypes
+import dataclasses
 import functools
 import io
 import json
 import os
 import re
+import resource
 import socket
 import struct
 import subprocess
@@ -73,6 +75,12 @@ class Entry:
     kind: str
     how: str
     text: str = field(repr=False)
+    # Wordings of the oldest supported torch, where it prints the message differently: a block
+    # whose paragraph before it ends with "torch X.Y.Z prints:".
+    older: dict[str, list[str]] = field(default_factory=dict)
+
+
+OLDER = re.compile(r"torch (\d+\.\d+\.\d+) prints:$")
 
 
 def read_entries() -> dict[str, Entry]:
@@ -90,10 +98,19 @@ def read_entries() -> dict[str, Entry]:
         assert mark, f"[{label}] has no '*Checked with torch X: ...*' line"
         kind = next((k for words, k in KINDS.items() if mark["how"].startswith(words)), None)
         assert kind, f"[{label}] says how it was checked in words the tests do not know"
-        blocks = [normalise(b) for b in re.findall(r"```text\n(.*?)```", chunk, flags=re.S)]
+        blocks: list[str] = []
+        older: dict[str, list[str]] = {}
+        last = 0
+        for block in re.finditer(r"```text\n(.*?)```", chunk, flags=re.S):
+            version = OLDER.search(chunk[last:block.start()].strip())
+            last = block.end()
+            if version:
+                older.setdefault(version[1], []).append(normalise(block[1]))
+            else:
+                blocks.append(normalise(block[1]))
         assert blocks, f"[{label}] quotes no message in a ```text block"
         found[label] = Entry(label, groups[-1] if groups else "", heading[1].strip(), blocks,
-                             mark["version"], kind, mark["how"], chunk)
+                             mark["version"], kind, mark["how"], chunk, older)
     return found
 
 
@@ -115,6 +132,13 @@ def pinned_torch() -> str:
 
 def on_pinned_torch() -> bool:
     return torch.__version__.split("+")[0] == pinned_torch()
+
+
+def oldest_torch() -> str:
+    """The oldest torch the book supports, which `make oldest` installs in .venv-oldest."""
+    match = re.search(r"^OLDEST_TORCH := (\S+)$", (ROOT / "Makefile").read_text(), re.M)
+    assert match, "the Makefile names no OLDEST_TORCH"
+    return match[1]
 
 
 # -- text inside installed files ----------------------------------------------------------------
@@ -212,42 +236,74 @@ def without_prefix(quote: str, cls: type) -> str:
     return quote[len(prefix):]
 
 
-@functools.lru_cache(maxsize=1)
-def cudart() -> ctypes.CDLL:
-    paths = sorted((SITE / "nvidia").glob("**/libcudart.so*"))
+def nvidia_library(pattern: str) -> ctypes.CDLL:
+    """A library of NVIDIA's that the CUDA build of PyTorch installed (its own error texts)."""
+    paths = sorted((SITE / "nvidia").glob(f"**/{pattern}"))
     if not paths:
-        pytest.skip("this PyTorch build installed no CUDA runtime")
-    lib = ctypes.CDLL(str(paths[0]))
-    lib.cudaGetErrorString.restype = lib.cudaGetErrorName.restype = ctypes.c_char_p
-    return lib
+        pytest.skip(f"this PyTorch build installed no {pattern}")
+    return ctypes.CDLL(str(paths[0]))
 
 
-CUDA_HELP = ("' in https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html "
-             "for more information.")
-CUDA_ASYNC = ("CUDA kernel errors might be asynchronously reported at some other API call, so the "
-              "stacktrace below might be incorrect.\nFor debugging consider passing "
-              "CUDA_LAUNCH_BLOCKING=1")
+# PyTorch checks every CUDA runtime call with c10::cuda::c10_cuda_check_implementation (the
+# C10_CUDA_CHECK macro), which builds the message from the runtime's error code: the runtime's
+# own words (cudaGetErrorString, no GPU needed), a help line and, for the errors a kernel reports
+# late, the CUDA_LAUNCH_BLOCKING advice. The tests call it with the code a GPU would return.
+CUDA_CHECK_SYMBOLS = (
+    "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_jbPNS0_19CUDAErrorLogCaptureE",  # 2.14
+    "_ZN3c104cuda29c10_cuda_check_implementationEiPKcS2_ib",  # 2.9
+)
+TERMINATE = "terminate called after throwing an instance of 'c10::AcceleratorError'\n  what():  "
+DSA_OMITTED = ("Device-side assertions were explicitly omitted for this error check; the error "
+               "probably arose while initializing the DSA handlers.")
+DSA_HINT = "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+CUDA_CODES = {"err-device-side-assert": 710, "err-illegal-memory-access": 700,
+              "err-no-kernel-image": 209, "err-stream-capture": 900,
+              "err-insufficient-driver": 35, "err-invalid-device-ordinal": 101}
 
 
-def cuda_error(entry: Entry, code: int, asynchronous: bool) -> None:
-    """A CUDA runtime error as PyTorch raises it: the runtime's own wording and name (asked from
-    the CUDA runtime installed with PyTorch, no GPU needed), then PyTorch's help lines, whose
-    fixed text is in libc10_cuda.so."""
-    lib = cudart()
-    words, name = lib.cudaGetErrorString(code).decode(), lib.cudaGetErrorName(code).decode()
-    lines = entry.blocks[0].splitlines()
+def cuda_check_messages(codes: list[int]) -> dict[str, str]:
+    """What c10_cuda_check_implementation throws for each error code. It throws a C++ exception
+    that ctypes cannot catch, so each call runs in a forked child, whose C++ runtime prints the
+    exception as it terminates; the parent reads that from the child's stderr. Call it before
+    the process starts threads (it forks)."""
+    lib = ctypes.CDLL(str(LIB / "libc10_cuda.so"))
+    symbol = next((s for s in CUDA_CHECK_SYMBOLS if hasattr(lib, s)), None)
+    assert symbol, "libc10_cuda.so exports no c10_cuda_check_implementation these tests know"
+    check = getattr(lib, symbol)
+    out = {}
+    for code in codes:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: it aborts in check()
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            os.dup2(write, 2)
+            # include_device_assertions=False: True first sets up device-side assertion
+            # tracking, which needs a GPU; the message then says so in its last line.
+            check(code, b"", b"", 0, False, None)
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as stream:
+            text = stream.read().decode(errors="replace")
+        os.waitpid(pid, 0)
+        out[str(code)] = text
+    return out
+
+
+def cuda_raised(label: str) -> str:
+    """The CUDA runtime error of the entry, as PyTorch raises it on a GPU."""
+    code = CUDA_CODES[label]
+    text = (background()[0]["cuda"] if _background else cuda_check_messages([code]))[str(code)]
+    assert TERMINATE in text, f"c10_cuda_check_implementation({code}) printed:\n{text}"
+    lines = text.split(TERMINATE)[1].split("\nException raised from ")[0].splitlines()
+    assert lines[-1] == DSA_OMITTED, lines
+    lines.pop()
+    # On a GPU the check asks for device-side assertion tracking; a torch built without it (every
+    # release) then adds this hint where it keeps the line (torch 2.9), and nothing where the
+    # line is gone from libc10_cuda.so (torch 2.14).
+    if DSA_HINT[:-3].encode() in rodata(LIB / "libc10_cuda.so"):
+        lines.append(DSA_HINT)
     assert issubclass(torch.AcceleratorError, RuntimeError)
-    assert lines[0] == f"{type_name(torch.AcceleratorError)}: CUDA error: {words}", \
-        f"the CUDA runtime words error {code} as: {words}"
-    assert lines[1] == f"Search for `{name}{CUDA_HELP}"
-    # The compiler copies this line from 16-byte pieces that overlap the next string, so the
-    # library holds it without its last two characters and without a NUL after it.
-    assert CUDA_HELP[:-2].encode() in rodata(LIB / "libc10_cuda.so")
-    if asynchronous:
-        assert "\n".join(lines[2:4]) == CUDA_ASYNC
-        in_library(LIB / "libc10_cuda.so", CUDA_ASYNC)
-    else:
-        assert len(lines) == 2
+    return f"{type_name(torch.AcceleratorError)}: " + "\n".join(lines)
 
 
 # -- the checks, one per entry ----------------------------------------------------------------
@@ -319,8 +375,11 @@ def _(entry):
 
 @files("err-conv-input-type")
 def _(entry):
-    quote = without_prefix(entry.blocks[0], RuntimeError)
-    in_library(LIB / "libtorch_cpu.so", quote, ["torch.FloatTensor", "torch.cuda.FloatTensor"])
+    # A CPU batch meets the mkldnn convolution, which adds its own words; a GPU batch a CPU model.
+    first, second = (without_prefix(b, RuntimeError) for b in entry.blocks)
+    in_library(LIB / "libtorch_cpu.so", first, ["torch.FloatTensor", "torch.cuda.FloatTensor"])
+    assert second.endswith(") should be the same")
+    in_library(LIB / "libtorch_cpu.so", second + "\0", ["torch.cuda.FloatTensor", "torch.FloatTensor"])
 
 
 @live("err-rnn-hidden")
@@ -363,24 +422,8 @@ def _():
 
 # CUDA runtime errors
 
-@files("err-device-side-assert")
-def _(entry):
-    cuda_error(entry, 710, asynchronous=True)
-
-
-@files("err-illegal-memory-access")
-def _(entry):
-    cuda_error(entry, 700, asynchronous=True)
-
-
-@files("err-no-kernel-image")
-def _(entry):
-    cuda_error(entry, 209, asynchronous=False)
-
-
-@files("err-stream-capture")
-def _(entry):
-    cuda_error(entry, 900, asynchronous=False)
+for _label in CUDA_CODES:
+    live(_label)(functools.partial(cuda_raised, _label))
 
 
 # Install, driver and architecture
@@ -408,13 +451,15 @@ def _(entry):
 
 @live("err-unsupported-gpu")
 def _():
-    # torch's own check, run for a Kaggle P100 (compute capability 6.0): only the name is given.
+    # torch's own check, run as for a Kaggle P100 (compute capability 6.0).
     with pytest.MonkeyPatch.context() as m, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        m.setattr(torch.cuda, "is_available", lambda: True)  # get_arch_list() asks
+        m.setattr(torch.cuda, "device_count", lambda: 1)
+        m.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 0))
         m.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla P100-PCIE-16GB")
-        code_ccs = [int(a.removeprefix("sm_")) for a in torch.cuda.get_arch_list() if "sm_" in a]
-        torch.cuda._warn_unsupported_code(0, 60, code_ccs)
-    assert len(caught) == 1
+        torch.cuda._check_capability()
+    assert caught, "torch.cuda._check_capability() did not warn"
     return normalise(f"UserWarning: {caught[0].message}")
 
 
@@ -453,17 +498,31 @@ def _():
     return lines[0]
 
 
+MARKER = "TROUBLESHOOTING-RESULTS "
 SUBPROCESS = textwrap.dedent("""
-    import json, sys
+    import json, os, signal, sys
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, Dataset
+    from tests.test_troubleshooting import CUDA_CODES, MARKER, cuda_check_messages
+
+    out = {"cuda": cuda_check_messages(sorted(set(CUDA_CODES.values())))}  # forks: first
 
     class Squares(Dataset):
         def __len__(self): return 4
         def __getitem__(self, i): return i * i
 
-    out = {}
+    class Dies(Dataset):  # a worker killed: by the out-of-memory killer, or a bus error
+        def __init__(self, sig): self.sig = sig
+        def __len__(self): return 4
+        def __getitem__(self, i): os.kill(os.getpid(), self.sig)
+
+    for key, sig in [("killed", signal.SIGKILL), ("bus", signal.SIGBUS)]:
+        try:
+            list(DataLoader(Dies(sig), num_workers=1, multiprocessing_context="fork"))
+        except RuntimeError as exc:
+            chain = [exc, exc.__cause__, exc.__context__]
+            out[key] = [f"{type(e).__name__}: {e}" for e in chain if e is not None]
     try:
         list(DataLoader(Squares(), num_workers=1, multiprocessing_context="spawn"))
     except RuntimeError as exc:  # the error, and the error it was raised from
@@ -497,7 +556,7 @@ SUBPROCESS = textwrap.dedent("""
         except (RuntimeError, ValueError) as exc:
             out[key] = f"{type(exc).__name__}: {exc}"
     dist.destroy_process_group()
-    print(json.dumps(out))
+    print(MARKER + json.dumps(out))  # gloo prints on stdout too
 """)
 
 
@@ -526,7 +585,9 @@ def background() -> tuple[dict, str]:
     """What the background subprocess printed: its results, and its stderr (pids made fixed)."""
     out, err = _background[0].communicate(timeout=300)
     assert _background[0].returncode == 0, err
-    return json.loads(re.sub(r"\bpid(\(s\))? \d+", r"pid\1 12345", out)), err
+    results = [t for t in out.splitlines() if t.startswith(MARKER)]
+    assert results, f"the subprocess printed no results:\n{out}\n{err}"
+    return json.loads(re.sub(r"\bpid(\(s\))? \d+", r"pid\1 12345", results[-1][len(MARKER):])), err
 
 
 def error_line(stderr: str, start: str) -> str:
@@ -546,10 +607,28 @@ def _():
     return background()[0]["loader"]
 
 
-@files("err-worker-killed")
+def killed(key: str) -> str:
+    """The worker's own death, which the loader re-raises as 'exited unexpectedly'."""
+    chain = background()[0][key]
+    found = [text for text in chain if "is killed by signal" in text]
+    assert found, f"no 'killed by signal' error in: {chain}"
+    return found[0]
+
+
+@live("err-worker-killed")
+def _():
+    return [killed("bus"), error_line(background()[1], "ERROR: Unexpected bus error")]
+
+
+@live("err-worker-killed-oom")
+def _():
+    return killed("killed")
+
+
+@files("err-shm-open")
 def _(entry):
     quote = without_prefix(entry.blocks[0], RuntimeError)
-    in_library(LIB / "libtorch_python.so", quote, ["12345", "Bus error"])
+    in_library(LIB / "libtorch_cpu.so", quote, ["/torch_12345_2779123456_0", "Too many open files", "24"])
 
 
 # Checkpoints and weights_only
@@ -718,10 +797,49 @@ def _(entry):
                ["1", "ALLREDUCE", "2048", "2048", "600000", "600048"])
 
 
+@files("err-nccl-error")
+def _(entry):
+    first, second = entry.blocks[0].splitlines()
+    quote = without_prefix(first, torch.distributed.DistBackendError)
+    nccl = nvidia_library("libnccl.so*")
+    nccl.ncclGetErrorString.restype = ctypes.c_char_p
+    words = nccl.ncclGetErrorString(1).decode()  # ncclUnhandledCudaError
+    assert f", {words}, NCCL version " in quote, f"NCCL words error 1 as: {words}"
+    where = re.search(r"NCCL error in: (\S+), ", quote)[1]
+    version = re.search(r"NCCL version (\S+)$", quote)[1]
+    assert version == ".".join(map(str, torch.cuda.nccl.version())), "the NCCL installed with torch"
+    in_library(LIB / "libtorch_cuda.so", quote, [where, words, version])
+    source = where.removeprefix(".../").split(":")[0]  # the file that raised it
+    assert f"/{source}".encode() in rodata(LIB / "libtorch_cuda.so")
+    in_library(LIB / "libtorch_cuda.so", second)
+
+
 @files("err-nccl-not-built")
 def _(entry):
     in_source(TORCH / "distributed" / "distributed_c10d.py",
               without_prefix(entry.blocks[0], RuntimeError))
+
+
+# Autograd and tensor shapes
+
+@live("err-no-grad-fn")
+def _():
+    with torch.no_grad():  # a loss computed where autograd records nothing
+        loss = torch.ones(2, requires_grad=True).sum()
+    return line(raised(loss.backward))
+
+
+@live("err-view-stride")
+def _():
+    return line(raised(lambda: torch.zeros(2, 3).t().view(6)))
+
+
+@live("err-backward-twice")
+def _():
+    w = torch.ones(2, requires_grad=True)
+    loss = (w * w).sum()
+    loss.backward()
+    return line(raised(loss.backward))
 
 
 # torch.compile
@@ -751,48 +869,79 @@ def _(entry):
 
 OOM_HELP = (" If reserved but unallocated memory is large try setting "
             "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.  See "
-            "documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/"
-            "cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
+            "documentation for Memory Management  ")
+OOM_LINKS = ("(https://docs.pytorch.org/docs/stable/notes/cuda.html"
+             "#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)",
+             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)")  # 2.9
+# What varies: sizes (c10's format_size), the GPU's number, process ids (NVML's, see below).
+OOM_VARIABLES = re.compile(r"\d+\.\d+ [KMG]iB|(?<=GPU )\d+(?= has)|(?<=Process )\d+")
 
 
-def oom(entry: Entry, variables: list[str], *, must: list[str]) -> None:
-    quote = without_prefix(entry.blocks[0], torch.OutOfMemoryError)
+def oom(entry: Entry) -> None:
+    """Each quoted form of the entry against libc10_cuda.so. The allocator lists the processes
+    NVML reports on the GPU, in NVML's order: 'Including non-PyTorch memory, this process' for the
+    one whose pid is its own, 'Process N' for every other pid. In a container (Colab, Docker)
+    NVML reports host pids, so the process names itself 'Process N'; without NVML there is no
+    list."""
     assert issubclass(torch.OutOfMemoryError, RuntimeError)
     assert torch.cuda.OutOfMemoryError is torch.OutOfMemoryError
-    assert quote.endswith(OOM_HELP)
-    for words in must:
-        assert words in quote
-    in_library(LIB / "libc10_cuda.so", quote, variables)
+    for block in entry.blocks:
+        quote = without_prefix(block, torch.OutOfMemoryError)
+        assert quote.endswith(tuple(OOM_HELP + link for link in OOM_LINKS)), quote
+        in_library(LIB / "libc10_cuda.so", quote,
+                   [m[0] for m in OOM_VARIABLES.finditer(quote)])
+
+
+THIS_PROCESS = "Including non-PyTorch memory, this process has "
 
 
 @files("err-cuda-oom")
 def _(entry):
-    oom(entry, ["2.00 GiB", "0", "14.74 GiB", "1.15 GiB", "13.58 GiB", "12.90 GiB",
-                "560.00 MiB"], must=["Including non-PyTorch memory, this process has "])
-    assert "Process " not in entry.blocks[0]
+    oom(entry)
+    if entry.blocks in entry.older.values():  # the oldest torch's wording, one form
+        return
+    host, container, no_nvml = entry.blocks
+    assert THIS_PROCESS in host and "Process " not in host
+    assert THIS_PROCESS not in container and "is free. Process " in container
+    assert THIS_PROCESS not in no_nvml and "is free. Of the allocated memory" in no_nvml
 
 
 @files("err-cuda-oom-other-process")
 def _(entry):
-    oom(entry, ["2.00 GiB", "0", "14.74 GiB", "1.15 GiB", "4242", "8.20 GiB", "5.38 GiB", "4.90 GiB",
-                "250.00 MiB"], must=["Process 4242 has 8.20 GiB memory in use. "])
+    oom(entry)
+    assert f"Process 4242 has 8.20 GiB memory in use. {THIS_PROCESS}" in entry.blocks[0]
 
 
 @files("err-cuda-oom-private-pools")
 def _(entry):
-    oom(entry, ["1.00 GiB", "0", "79.19 GiB", "812.00 MiB", "78.38 GiB", "77.90 GiB",
-                "6.00 GiB", "150.00 MiB"], must=[" allocated in private pools (e.g., CUDA Graphs), "])
+    oom(entry)
+    assert " allocated in private pools (e.g., CUDA Graphs), " in entry.blocks[0]
 
 
 @files("err-cuda-oom-fraction")
 def _(entry):
-    oom(entry, ["8.00 GiB", "0", "79.19 GiB", "70.52 GiB", "8.67 GiB", "15.84 GiB",
-                "8.00 GiB", "20.00 MiB"], must=[" allowed; Of the allocated memory "])
+    oom(entry)
+    assert " allowed; Of the allocated memory " in entry.blocks[0]
     # The opt-in preemptive rejection (throw_on_cudamalloc_oom), which the entry names too.
     preemptive = re.search(r"`(CUDA out of memory\. Allocation was preemptively [^`]+ )\.\.\.`",
                            entry.text)
     assert preemptive, "the entry names the preemptive rejection's opening words"
     in_library(LIB / "libc10_cuda.so", preemptive[1])
+
+
+@files("err-cublas-status")
+def _(entry):
+    in_library(LIB / "libtorch_cuda.so", without_prefix(entry.blocks[0], RuntimeError))
+
+
+@files("err-cudnn-status")
+def _(entry):
+    cudnn = nvidia_library("libcudnn.so*")
+    cudnn.cudnnGetErrorString.restype = ctypes.c_char_p
+    words = cudnn.cudnnGetErrorString(3000).decode()  # CUDNN_STATUS_NOT_SUPPORTED
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    assert quote.startswith(f"cuDNN error: {words}. "), f"cuDNN words status 3000 as: {words}"
+    in_library(LIB / "libtorch_cuda.so", quote, [words])
 
 
 @live("err-cpu-oom")
@@ -904,8 +1053,8 @@ def page() -> dict[str, Entry]:
 
 
 # The entries that read the background subprocess come last, so that it runs beside the others.
-LATE = ("err-spawn-main", "err-worker-exited", "err-compile-prefix", "err-ddp-unused-parameters",
-        "err-ddp-device-ids")
+LATE = ("err-spawn-main", "err-worker-exited", "err-worker-killed", "err-worker-killed-oom",
+        "err-compile-prefix", "err-ddp-unused-parameters", "err-ddp-device-ids", *CUDA_CODES)
 
 
 @pytest.mark.parametrize("label", sorted(set(CHECKS) - set(LATE)) + list(LATE))
@@ -917,24 +1066,90 @@ def test_entry(label: str, page: dict[str, Entry]) -> None:
         f"[{label}] the page says '{entry.how}', the test {check.kind} checks it"
     assert entry.version == pinned_torch(), \
         f"[{label}] checked with torch {entry.version}; the book pins torch {pinned_torch()}"
+    version = torch.__version__.split("+")[0]
+    older = entry.older.get(version, [])
     if check.kind == "files":
-        try:
-            check.fn(entry)
+        try:  # on a torch whose wording the page gives too (the oldest supported), check that
+            check.fn(dataclasses.replace(entry, blocks=older) if older else entry)
         except AssertionError as exc:
-            if not on_pinned_torch():  # e.g. the oldest torch the book supports
+            if not on_pinned_torch():
                 pytest.skip(f"the page documents torch {pinned_torch()}; [{label}] {exc}")
             raise AssertionError(f"[{label}] {entry.heading}\n{exc}") from None
         return
-    printed = check.fn()
-    for text in printed if isinstance(printed, list) else [printed]:
-        text = normalise(text)
-        if text in entry.blocks:
+    failure = live_mismatch(entry, check.fn())
+    if failure and on_pinned_torch():
+        pytest.fail(failure)
+    if failure:
+        pytest.skip(f"the page documents torch {pinned_torch()}; {failure}")
+
+
+def live_mismatch(entry: Entry, printed: str | list[str]) -> str:
+    """Empty when the page quotes everything PyTorch printed (for this torch, if the page gives
+    its own wording); else what torch prints now beside what the page quotes."""
+    version = torch.__version__.split("+")[0]
+    quoted = entry.older.get(version) or entry.blocks
+    texts = [normalise(t) for t in (printed if isinstance(printed, list) else [printed])]
+    if all(text in quoted for text in texts):
+        return ""
+    return (f"[{entry.label}] {entry.heading}\ntorch {torch.__version__} prints now:\n"
+            + "\n--\n".join(texts) + "\nthe page quotes:\n" + "\n--\n".join(quoted))
+
+
+OLDEST_PYTHON = ROOT / ".venv-oldest" / "bin" / "python"
+ORACLE = textwrap.dedent("""
+    import json
+    from tests import test_troubleshooting as t
+
+    print(t.MARKER + json.dumps(t.older_wordings_report()))
+""")
+
+
+def older_wordings_report() -> dict[str, str]:
+    """Run by the oldest supported torch: each entry's check against the wording the page gives
+    for that torch ('' when it holds, else why not)."""
+    version = torch.__version__.split("+")[0]
+    report = {}
+    for label, entry in read_entries().items():
+        if version not in entry.older:
             continue
-        message = (f"[{label}] {entry.heading}\ntorch {torch.__version__} prints now:\n{text}\n"
-                   f"the page quotes:\n" + "\n--\n".join(entry.blocks))
-        if on_pinned_torch():
+        check = CHECKS[label]
+        try:
+            if check.kind == "files":
+                check.fn(dataclasses.replace(entry, blocks=entry.older[version]))
+                report[label] = ""
+            else:
+                report[label] = live_mismatch(entry, check.fn())
+        except (AssertionError, pytest.skip.Exception) as exc:
+            report[label] = f"[{label}] {type(exc).__name__}: {exc}"
+    return report
+
+
+def test_older_wordings_are_what_the_oldest_torch_prints(page, request) -> None:
+    """The wordings the page gives for the oldest supported torch (what Colab and GPU servers
+    with an older torch print), checked by that torch (`make oldest` installs it)."""
+    versions = {v for entry in page.values() for v in entry.older}
+    assert versions <= {oldest_torch()}, f"older wordings for {versions}: only {oldest_torch()} is checked"
+    labels = {label for label, entry in page.items() if entry.older}
+    assert labels, "the page gives no older wording"
+    assert not labels & {"err-spawn-main", "err-worker-exited", "err-compile-prefix",
+                         "err-ddp-unused-parameters", "err-ddp-device-ids"}, \
+        "these entries are checked in the background subprocess only"
+    if not on_pinned_torch():
+        pytest.skip(f"torch {torch.__version__} checks its own wordings in test_entry")
+    if not OLDEST_PYTHON.exists():
+        message = f"{OLDEST_PYTHON.relative_to(ROOT)} is missing: run `make oldest-venv` first"
+        if request.config.getoption("--require-book"):
             pytest.fail(message)
-        pytest.skip(f"the page documents torch {pinned_torch()}; {message}")
+        pytest.skip(message)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    run = subprocess.run([str(OLDEST_PYTHON), "-c", ORACLE], cwd=ROOT, env=env, text=True,
+                         capture_output=True, timeout=300)
+    results = [t for t in run.stdout.splitlines() if t.startswith(MARKER)]
+    assert run.returncode == 0 and results, run.stdout + run.stderr
+    report = json.loads(results[-1][len(MARKER):])
+    assert set(report) == labels
+    problems = [why for why in report.values() if why]
+    assert not problems, "\n\n".join(problems)
 
 
 def test_every_entry_is_checked(page: dict[str, Entry]) -> None:

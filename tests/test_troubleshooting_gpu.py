@@ -7,10 +7,14 @@ setting cannot change what they compare."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
 import subprocess
+import symtable
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,9 +47,14 @@ def raised(fn) -> BaseException:
     return info.value
 
 
+def quoted(entry) -> list[str]:
+    """Every wording the entry quotes: this torch's and the oldest supported one's."""
+    return entry.blocks + [b for blocks in entry.older.values() for b in blocks]
+
+
 def assert_quoted(page, label: str, text: str) -> None:
     entry = page[label]
-    assert normalise(text) in entry.blocks, \
+    assert normalise(text) in quoted(entry), \
         f"[{label}] {entry.heading}\ntorch {torch.__version__} prints now:\n{text}"
 
 
@@ -79,6 +88,8 @@ def test_embedding_ids_on_the_cpu(page, label):
 def test_convolution_on_the_gpu_batch_on_the_cpu(page, label):
     conv = nn.Conv2d(1, 1, 3).to(GPU)
     assert_quoted(page, label, line(raised(lambda: conv(torch.ones(1, 1, 5, 5)))))
+    cpu_conv = nn.Conv2d(1, 1, 3)  # the reverse: a GPU batch, the model left on the CPU
+    assert_quoted(page, label, line(raised(lambda: cpu_conv(torch.ones(1, 1, 5, 5, device=GPU)))))
 
 
 @entry_test("err-rnn-hidden", CUDA)
@@ -105,28 +116,50 @@ def test_numpy_of_a_gpu_tensor(page, label):
 def test_device_side_assert(page, label):
     run = run_python("""
         import torch
-                logits = torch.zeros(4, 10, device="cuda:0")
+        import torch.nn.functional as F
+
+        logits = torch.zeros(4, 10, device="cuda:0")
         labels = torch.tensor([1, 2, 12, 3], device="cuda:0")  # 12 is not a class
         loss = F.cross_entropy(logits, labels)
         torch.cuda.synchronize("cuda:0")
         print(loss.item())
     """)
     assert run.returncode != 0
-    # The page quotes the first lines; PyTorch adds one on device-side assertion tracking.
-    assert page[label].blocks[0] in normalise(run.stderr), \
+    # The kernel's own 'Assertion ... failed' lines come first; then the quoted message.
+    assert any(block in normalise(run.stderr) for block in quoted(page[label])), \
         f"[{label}] torch {torch.__version__} prints now:\n{run.stderr[-3000:]}"
+
+
+@entry_test("err-invalid-device-ordinal", CUDA)
+def test_a_gpu_that_is_not_there(page, label):
+    missing = torch.device("cuda", torch.cuda.device_count())
+    assert_quoted(page, label, line(raised(lambda: torch.zeros(1, device=missing))))
 
 
 # Memory
 
+SIZE = r"(?:\d+\.\d+ [KMG]iB|\d+ bytes)"  # c10's format_size: bytes up to 1 MiB
+PROCESSES = rf"(?:(?:Process \d+|Including non-PyTorch memory, this process) has {SIZE} memory in use\. )*"
+LINKS = (r"\((?:https://docs\.pytorch\.org/docs/stable/notes/cuda\.html"
+         r"#optimizing-memory-usage-with-pytorch-cuda-alloc-conf"
+         r"|https://pytorch\.org/docs/stable/notes/cuda\.html#environment-variables)\)")
+
+
 def size_pattern(quote: str) -> re.Pattern:
-    """The quote with its sizes (and the GPU's other processes, which vary) left open."""
-    regex = re.escape(quote)
-    # c10's format_size: "12.90 GiB", "360.00 MiB", "2.50 KiB", or "512 bytes" up to 1 MiB.
-    regex = re.sub(r"\d+\\\.\d+\\ [KMG]iB", r"(?:\\d+\\.\\d+ [KMG]iB|\\d+ bytes)", regex)
-    regex = regex.replace(re.escape("Including non-PyTorch"),
-                          r"(?:Process \d+ has \S+ \S+ memory in use\. )*Including non-PyTorch")
-    return re.compile(regex)
+    """The quote with what varies left open: sizes; the processes NVML lists on the GPU, in its
+    order (this one as 'Including non-PyTorch memory, this process', or in a container as
+    'Process N' like the others; none without NVML); the documentation link (torch 2.9's
+    differs)."""
+    head, sep, rest = quote.partition(" is free. ")
+    assert sep, quote
+    rest = re.sub(r"^(?:(?:Process \d+|Including non-PyTorch memory, this process) has \S+ \S+ "
+                  r"memory in use\. )*", "", rest)  # the example run's processes
+    rest = rest[:rest.rindex("  (")]  # the link
+
+    def fixed(text: str) -> str:
+        return re.sub(r"\d+\\\.\d+\\ [KMG]iB", lambda _: SIZE, re.escape(text))
+
+    return re.compile(fixed(head + sep) + PROCESSES + fixed(rest) + "  " + LINKS)
 
 
 @entry_test("err-cuda-oom", CUDA)
@@ -198,3 +231,26 @@ def test_mps_operator_not_implemented(page, label, monkeypatch):
 def test_every_gpu_tested_entry_says_so() -> None:
     marked = {label for label, entry in read_entries().items() if entry.how.endswith("GPU test")}
     assert marked == GPU_TESTED, (sorted(marked - GPU_TESTED), sorted(GPU_TESTED - marked))
+
+
+def test_subprocess_code_compiles_and_names_only_what_it_defines() -> None:
+    """The code each test above runs in a child process is only text here: parse it, and check
+    that every global name it reads is imported, assigned or built in (runs without a GPU)."""
+    tree = ast.parse(Path(__file__).read_text())
+    codes = [node.args[0].value for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "run_python"
+             and node.args and isinstance(node.args[0], ast.Constant)]
+    assert codes, "no run_python(...) code found"
+    for code in codes:
+        source = textwrap.dedent(code)
+        compile(source, "<child>", "exec")
+        top = symtable.symtable(source, "<child>", "exec")
+        defined = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+        tables, used = [top], set()
+        while tables:
+            table = tables.pop()
+            tables += table.get_children()
+            used |= {s.get_name() for s in table.get_symbols()
+                     if s.is_referenced() and (s.is_global() or table is top)}
+        unknown = used - defined - set(dir(builtins))
+        assert not unknown, f"the child code uses {sorted(unknown)} without defining them:\n{source}"
