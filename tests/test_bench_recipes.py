@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -81,7 +82,8 @@ def test_compile_recipe_really_compiles_on_cpu() -> None:
 
     torch._dynamo.reset()  # forget graphs compiled by earlier tests, so this one must compile
     counters.clear()
-    step = recipes.make_step("compile", torch.device("cpu"), batch_size=8)
+    # Chapter 12's CPU shapes: inductor's on-disk cache then serves the chapter's compilation.
+    step = recipes.make_step("compile", torch.device("cpu"), batch_size=recipes.BATCH_SIZE)
     assert isinstance(step.recipe_step.net, OptimizedModule)
     assert step.recipe_step.net._orig_mod is step.recipe_step.model
     losses = [step().item() for _ in range(3)]
@@ -107,3 +109,47 @@ def test_bf16_is_left_out_below_compute_capability_8(monkeypatch, capability, ha
     assert "fp16_autocast_gradscaler" in names and "compile" in names
     assert asked and all(torch.device(d) == torch.device("cuda:1") for d in asked)
     assert recipes.bf16_is_fast(torch.device("cpu"))
+
+
+def test_bf16_on_mps_needs_macos_14(monkeypatch) -> None:
+    asked = []
+
+    def fake_is_macos_or_newer(major: int, minor: int) -> bool:
+        asked.append((major, minor))
+        return False
+
+    monkeypatch.setattr(torch.backends.mps, "is_macos_or_newer", fake_is_macos_or_newer)
+    assert not recipes.bf16_is_fast(torch.device("mps"))
+    assert "bf16_autocast" not in recipes.recipes_for(torch.device("mps"))
+    assert asked and all(v == (14, 0) for v in asked)
+
+
+def test_tf32_advice_is_ignored_and_nothing_else() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with recipes.tf32_advice_ignored():
+            for message in recipes.TF32_ADVICE:
+                warnings.warn(message + " (as torch words it)", UserWarning, stacklevel=1)
+            warnings.warn("another warning", UserWarning, stacklevel=1)
+            warnings.warn(recipes.TF32_ADVICE[0], DeprecationWarning, stacklevel=1)
+        warnings.warn(recipes.TF32_ADVICE[0], UserWarning, stacklevel=1)  # outside the block
+    seen = [(w.category, str(w.message)) for w in caught]
+    assert seen == [(UserWarning, "another warning"), (DeprecationWarning, recipes.TF32_ADVICE[0]),
+                    (UserWarning, recipes.TF32_ADVICE[0])]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("recipe", recipes.recipes_for(torch.device("cpu")) + [
+    "fp16_autocast_gradscaler", "cudnn_benchmark", "plain_host_copy", "pinned_non_blocking",
+    "compile"])
+def test_each_cuda_step_trains(recipe: str) -> None:
+    """Every recipe the benchmark measures on this GPU runs and lowers the loss on one batch."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    if recipe not in recipes.recipes_for(device):
+        pytest.skip(f"{recipe} is not measured on {torch.cuda.get_device_name(device)}")
+    step = recipes.make_step(recipe, device, batch_size=64)
+    with recipes.tf32_advice_ignored():
+        losses = [step().item() for _ in range(8)]
+    assert all(math.isfinite(v) for v in losses), losses
+    assert losses[-1] < losses[0], f"{recipe}: eight steps on one batch should lower the loss"
+    assert (step.recipe_step.scaler is not None) is (recipe == "fp16_autocast_gradscaler")

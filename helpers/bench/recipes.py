@@ -26,8 +26,10 @@ same :class:`RecipeStep` and compiles live on every device.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
@@ -36,7 +38,8 @@ from helpers.bench.core import Figure, workload
 from helpers.models import MnistCNN
 from helpers.timing import benchmark, synchronize
 
-__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "RecipeStep", "bf16_is_fast", "make_step", "recipes_for", "run"]
+__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "TF32_ADVICE", "RecipeStep", "bf16_is_fast", "make_step",
+           "recipes_for", "run", "tf32_advice_ignored"]
 
 #: The book's batch size for the CNN (chapter 5); full GPU runs use :data:`GPU_BATCH_SIZE`.
 BATCH_SIZE = 128
@@ -49,12 +52,41 @@ def bf16_is_fast(device: torch.device) -> bool:
     CUDA GPUs before compute capability 8.0 (Ampere), such as Colab's T4 (7.5), have no bf16
     tensor cores. ``torch.cuda.is_bf16_supported()`` still answers True there, because by
     default it counts emulation (``including_emulation=True``) and asks the *current* GPU;
-    bf16 convolutions then take a slow fallback path. This asks ``device`` itself.
+    bf16 convolutions then take a slow fallback path. This asks ``device`` itself. On ROCm
+    builds every GPU answers True (their capability numbers are not CUDA's); the chapter
+    measures the recipe there rather than predicting it. On ``mps``, bf16 autocast needs
+    macOS 14 or later (older systems warn and turn autocast off). Other devices (the CPU
+    included) answer True: the measurement says whether bf16 pays off.
     """
     device = torch.device(device)
     if device.type == "cuda" and not torch.version.hip:
         return torch.cuda.get_device_capability(device) >= (8, 0)
+    if device.type == "mps":
+        return torch.backends.mps.is_macos_or_newer(14, 0)
     return True
+
+
+#: Advice that inductor gives while it compiles a float32 matrix product for CUDA: "use TF32"
+#: on GPUs of compute capability 8.0 or later (a UserWarning in torch 2.9 and the releases
+#: after it; torch 2.14 only logs it), and, on torch 2.9, the deprecation warning of the
+#: legacy ``allow_tf32`` flag that the same check reads first (on every CUDA GPU, a T4 too).
+TF32_ADVICE = ("TensorFloat32 tensor cores for float32 matrix multiplication",
+               "Please use the new API settings to control TF32 behavior")
+
+
+@contextlib.contextmanager
+def tf32_advice_ignored() -> Iterator[None]:
+    """Ignore inductor's TF32 advice (:data:`TF32_ADVICE`) inside the block, and no other
+    warning (chapter 12).
+
+    The recipes compare float32 steps with float32 steps: the plain step's matrix products do
+    not use TF32 either, so the advice is left unfollowed on purpose, and the book shows no
+    warnings. Inductor gives it once per process, while it compiles.
+    """
+    with warnings.catch_warnings():
+        for message in TF32_ADVICE:
+            warnings.filterwarnings("ignore", message=re.escape(message), category=UserWarning)
+        yield
 
 
 def recipes_for(device: torch.device) -> list[str]:
@@ -171,7 +203,8 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
         if recipe == "compile":
             synchronize(device)
             start = time.perf_counter()
-            step()
+            with tf32_advice_ignored():  # plain measures fp32 matmuls without TF32 too
+                step()
             synchronize(device)
             figures.append(Figure("compile_seconds", time.perf_counter() - start, "s",
                                   str(device), note=note + ", first compiled step"))
