@@ -181,7 +181,7 @@ def test_executed_outputs_are_clean(executed):
 def executed_oldest(request):
     """The chapter as `make oldest` executed it with the oldest supported torch."""
     path = OLDEST / request.param.name
-    if not (OLDEST / ".done").exists() or not path.exists():
+    if not (OLDEST.parent / ".done").exists() or not path.exists():
         message = "the oldest-torch run is missing: run `make oldest` first"
         if request.config.getoption("--require-book"):
             pytest.fail(message)
