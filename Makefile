@@ -18,6 +18,9 @@ HTML := _build/html
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Generous: the slowest chapter takes a few minutes on a 2-core CPU.
 NB_TIMEOUT ?= 1800
+# Hardware-dependent claims of the pages (helpers.checks.expect) fail the run here; in a
+# reader's session they only warn.
+export BOOK_STRICT := 1
 
 NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb))
 EXECUTED := $(addprefix $(STAGE)/,$(NOTEBOOKS))

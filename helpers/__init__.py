@@ -26,7 +26,7 @@ import torch
 # extensions, which the book never does, so it is noise in every executed chapter.
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
-from . import devices  # noqa: E402
+from . import checks, devices  # noqa: E402
 from .devices import best_device, describe_devices, has_gpu  # noqa: E402
 
 # The other modules are imported on first use (helpers.data, helpers.timing, ...): importing
@@ -51,6 +51,7 @@ __all__ = [
     "MIN_TORCH",
     "best_device",
     "chapter_setup",
+    "checks",
     "checkpoints",
     "data",
     "describe_devices",
@@ -105,16 +106,10 @@ def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
     notice = _torch_too_old_notice()
     if notice:
         print(notice)
-    if chosen.type == "cpu" and best_on != "cpu":
-        if devices.has_gpu():
-            # BOOK_DEVICE=cpu (or device="cpu") on a GPU machine: the GPU is there, just unused.
-            print("This run uses the CPU although a GPU is present: every comparison falls back\n"
-                  "to the CPU and says so, and shows the GPU figures the book's benchmark has\n"
-                  "measured, where a result file has been committed.")
-        else:
-            print("No GPU here: every comparison falls back to the CPU and says so, and shows\n"
-                  "the GPU figures the book's benchmark has measured, where a result file has\n"
-                  "been committed.")
+    if chosen.type == "cpu" and best_on != "cpu" and devices.has_gpu():
+        # BOOK_DEVICE=cpu (or device="cpu") on a GPU machine: the GPU is there, just unused.
+        print("This run uses the CPU although a GPU is present.")
     if best_on == "multi-gpu" and devices.gpu_count() < 2:
-        print("Cells that need two or more GPUs will say so and show what they would do.")
+        print("Cells that need two or more GPUs say so and are skipped here.")
+    checks.register_magics(chosen)
     return chosen
