@@ -26,7 +26,7 @@ NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb))
 EXECUTED := $(addprefix $(STAGE)/,$(NOTEBOOKS))
 STATIC := _toc.yml intro.md $(wildcard _ext/*.py) $(sort $(wildcard chapters/*.md) $(wildcard chapters/*.png) $(wildcard chapters/*.py))
 STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
-HELPERS := $(sort $(wildcard helpers/*.py helpers/bench/*.py results/*.json))
+HELPERS := $(sort $(wildcard helpers/*.py bench/*.py results/*.json))
 
 .PHONY: book test venv data lint unit notebooks html browser-deps clean distclean bench \
         oldest oldest-venv gpu-report wheelhouse
@@ -41,7 +41,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 data: venv
-	$(PY) -m helpers.data fetch
+	$(PY) tools/fetch_mnist.py fetch
 
 browser-deps:
 	@command -v chromium >/dev/null || { \
@@ -65,7 +65,7 @@ $(STAGE)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) | venv data
 	cp $< $@
 	$(PY) -m pytest -p no:cacheprovider -q --nbmake --overwrite \
 	  --nbmake-timeout=$(NB_TIMEOUT) $@
-	$(PY) scripts/notebook.py trim-errors $@
+	$(PY) tools/notebook.py trim-errors $@
 
 notebooks: $(EXECUTED)
 
@@ -73,11 +73,11 @@ notebooks: $(EXECUTED)
 # code matches the chapter's current code, else the CPU outputs above, saying so.
 PAGES := _build/pages
 RECORDED := $(sort $(wildcard results/pages/*/*.ipynb))
-$(PAGES)/.staged: $(STAGED_STATIC) $(EXECUTED) $(RECORDED) scripts/gpu_report.py
+$(PAGES)/.staged: $(STAGED_STATIC) $(EXECUTED) $(RECORDED) tools/gpu_report.py
 	rm -rf $(PAGES)
 	mkdir -p $(PAGES)
 	cp -r $(STAGE)/. $(PAGES)/
-	$(PY) scripts/gpu_report.py stage --executed $(STAGE)/chapters --out $(PAGES)/chapters
+	$(PY) tools/gpu_report.py stage --executed $(STAGE)/chapters --out $(PAGES)/chapters
 	touch $@
 
 $(HTML)/.built: $(PAGES)/.staged
@@ -91,13 +91,13 @@ book: venv data html
 
 ## The oldest supported torch ----------------------------------------------------------
 # Colab and GPU servers keep their own torch, usually older than the pinned one. The book
-# supports torch >= OLDEST_TORCH (pyproject.toml and helpers.MIN_TORCH say the same; a test
-# checks they agree), and `make oldest` proves it: every chapter is executed again in a second
-# environment with that torch, into _oldest/chapters/. That run also reads a fake GPU result
-# file next to the committed ones, so the tests can check that each chapter really shows the
-# committed GPU figures (tests/test_committed_figures.py).
-OLDEST_TORCH := 2.9.1
-OLDEST_TORCHVISION := 0.24.1
+# supports the torch and torchvision named as lower bounds in pyproject.toml (their one
+# definition), and `make oldest` proves it: every chapter is executed again in a second
+# environment with the newest patch release of those versions, into _oldest/chapters/. That run
+# also reads a fake GPU result file next to the committed ones, so the tests can check that
+# each chapter really shows the committed GPU figures (tests/test_committed_figures.py).
+OLDEST_TORCH := $(shell sed -nE 's/^ *"torch>=([0-9.]+)",?$$/\1/p' pyproject.toml)
+OLDEST_TORCHVISION := $(shell sed -nE 's/^ *"torchvision>=([0-9.]+)",?$$/\1/p' pyproject.toml)
 OLDEST_VENV := .venv-oldest
 OLDEST := _oldest
 OLDEST_PY := $(OLDEST_VENV)/bin/python
@@ -107,12 +107,12 @@ $(OLDEST_VENV)/.installed: requirements.txt pyproject.toml
 	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_PY) -m pip install --quiet --upgrade pip
 	# The pinned environment with the oldest torch pair; the book-building tools are not needed.
-	sed -E -e 's/^torch==.*/torch==$(OLDEST_TORCH)/' \
-	  -e 's/^torchvision==.*/torchvision==$(OLDEST_TORCHVISION)/' \
+	sed -E -e 's/^torch==.*/torch==$(OLDEST_TORCH).*/' \
+	  -e 's/^torchvision==.*/torchvision==$(OLDEST_TORCHVISION).*/' \
 	  -e '/^(jupyter-book|ruff|playwright)==/d' requirements.txt > $(OLDEST_VENV)/requirements.txt
 	$(OLDEST_PY) -m pip install --quiet -r $(OLDEST_VENV)/requirements.txt
 	$(OLDEST_PY) -m pip install --quiet --no-deps -e .
-	$(OLDEST_PY) -c "import torch, torchvision; assert torch.__version__.startswith('$(OLDEST_TORCH)'), torch.__version__"
+	$(OLDEST_PY) -c "import torch, torchvision; assert torch.__version__.startswith('$(OLDEST_TORCH).'), torch.__version__"
 	touch $@
 
 $(OLDEST)/.done: $(NOTEBOOKS) $(HELPERS) tests/fixtures/fake-gpu-result.json | oldest-venv data
@@ -122,7 +122,7 @@ $(OLDEST)/.done: $(NOTEBOOKS) $(HELPERS) tests/fixtures/fake-gpu-result.json | o
 	cp $(wildcard results/*.json) tests/fixtures/fake-gpu-result.json $(OLDEST)/results/
 	BOOK_RESULTS_DIR=$(CURDIR)/$(OLDEST)/results $(OLDEST_PY) -m pytest -p no:cacheprovider -q \
 	  --nbmake --overwrite --nbmake-timeout=$(NB_TIMEOUT) $(OLDEST)/chapters
-	$(OLDEST_PY) scripts/notebook.py trim-errors $(OLDEST)/chapters/*.ipynb
+	$(OLDEST_PY) tools/notebook.py trim-errors $(OLDEST)/chapters/*.ipynb
 	touch $@
 
 oldest: $(OLDEST)/.done
@@ -139,7 +139,7 @@ test: lint book oldest browser-deps
 
 ## The book's benchmark: figures for results/<machine>.json -------------------------
 bench: venv data
-	$(PY) -m helpers.bench
+	$(PY) -m bench
 
 ## The GPU report: every chapter and the benchmark on this machine's GPU, recorded under
 ## results/ (README: "Add your GPU to the book"). It uses the machine's own Python and torch
@@ -147,14 +147,14 @@ bench: venv data
 REPORT_PY ?= $(PYTHON)
 REPORT_ARGS ?=
 gpu-report:
-	$(REPORT_PY) scripts/gpu_report.py $(REPORT_ARGS)
+	$(REPORT_PY) tools/gpu_report.py $(REPORT_ARGS)
 
 # Wheels for an offline GPU server: WHEEL_PYTHON=3.12, and WHEEL_PLATFORM="tag tag ..." to
 # replace the default platform tags (every manylinux x86-64 tag from 2_28 down to 2014).
 WHEEL_PYTHON ?= 3.11
 WHEEL_PLATFORM ?=
 wheelhouse: venv
-	$(PY) scripts/wheelhouse.py --out _build/wheelhouse --python $(WHEEL_PYTHON) \
+	$(PY) tools/wheelhouse.py --out _build/wheelhouse --python $(WHEEL_PYTHON) \
 	  $(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 
 clean:

@@ -3,21 +3,32 @@
 Each module holds what repeats across chapters, never the lesson itself; every public
 function names, in its docstring, the chapter that introduces it.
 
+- :mod:`helpers.checks`: claims that depend on the hardware, and ``%%gpu_only`` cells (chapter 1)
 - :mod:`helpers.devices`: choosing, describing and checking devices (chapter 1)
-- :mod:`helpers.timing`: honest timing and FLOP/s (chapter 3)
-- :mod:`helpers.data`: MNIST offline or downloaded, regression data (chapters 4, 5)
-- :mod:`helpers.models`: the book's models (chapters 4, 5, 8)
-- :mod:`helpers.training`: the training loop (chapter 5)
-- :mod:`helpers.plotting`: plots (chapters 3, 5)
 - :mod:`helpers.checkpoints`: checkpoints across devices and wrappers (chapters 2, 7)
-- :mod:`helpers.results`: the committed benchmark results (chapter 3, appendix)
-- :mod:`helpers.bench`: the book's benchmark command, `python -m helpers.bench` (appendix)
+- :mod:`helpers.timing`: honest timing and FLOP/s (chapter 3)
+- :mod:`helpers.matmul`: matrix-multiply timing, number formats and sweep sizes (chapter 3)
+- :mod:`helpers.data`: MNIST read and checked, regression data (chapters 4, 5)
+- :mod:`helpers.models`: the book's models (chapters 4, 5, 8)
+- :mod:`helpers.regression`: the linear-regression training loop (chapter 4)
+- :mod:`helpers.training`: the training loop (chapter 5)
+- :mod:`helpers.images`: a folder of image files described by a CSV (chapter 6)
+- :mod:`helpers.plotting`: plots (chapters 3, 5)
+- :mod:`helpers.launch`: torchrun and scripts in other processes, with a time limit (chapters 7, 10)
+- :mod:`helpers.ddp_mnist`: the DDP training script, ``torchrun -m helpers.ddp_mnist`` (chapter 7)
+- :mod:`helpers.cuda_semantics`: late errors and copy/compute overlap (chapter 11)
+- :mod:`helpers.recipes`: performance recipes for one training step (chapter 12)
+- :mod:`helpers.results`: the committed benchmark results, as tables and plots (chapter 3, appendix)
+
+The book's benchmark (``bench/``) and its maintainers' tools (``tools/``) live beside this
+package in the book's repository; this package never imports them.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 
 import torch
 
@@ -31,7 +42,8 @@ from .devices import best_device, describe_devices, has_gpu  # noqa: E402
 
 # The other modules are imported on first use (helpers.data, helpers.timing, ...): importing
 # the package stays quick, and `python -m helpers.data` runs without a double import.
-_LAZY = ("bench", "checkpoints", "data", "models", "plotting", "results", "timing", "training")
+_LAZY = ("checkpoints", "cuda_semantics", "data", "images", "launch", "matmul", "memory", "models",
+         "plotting", "recipes", "regression", "results", "timing", "training")
 
 
 def __getattr__(name: str):
@@ -43,8 +55,30 @@ def __getattr__(name: str):
 
 __version__ = "0.1.0"
 
-#: The oldest torch the book supports (pyproject.toml and the README say the same).
-MIN_TORCH = "2.9"
+DISTRIBUTION = "pytorch-on-the-gpu-helpers"
+
+
+def _minimum(package: str) -> str:
+    """The lower bound on ``package`` in this package's dependencies: pyproject.toml is the one
+    place the book states its oldest supported torch. Read from the installed package's
+    metadata, or from the checkout's pyproject.toml where the package runs uninstalled."""
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires(DISTRIBUTION) or []
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        text = pyproject.read_text() if pyproject.is_file() else ""
+        requirements = re.findall(r'^\s*"([^"]+)",?\s*$', text, re.M)
+    for requirement in requirements:
+        found = re.fullmatch(rf"{re.escape(package)}\s*>=\s*([\d.]+)", requirement.strip())
+        if found:
+            return found.group(1)
+    raise RuntimeError(f"{DISTRIBUTION} states no lower bound on {package}: reinstall the helpers")
+
+
+#: The oldest torch the book supports, from pyproject.toml (``make oldest`` runs every chapter on it).
+MIN_TORCH = _minimum("torch")
 
 
 __all__ = [

@@ -103,18 +103,26 @@ def train_epoch(
     non_blocking: bool | None = None,
     progress: bool = False,
     desc: str = "train",
+    accuracy: bool = True,
+    max_batches: int | None = None,
 ) -> dict[str, float]:
-    """One pass over ``batches`` in training mode; returns mean loss and accuracy (chapter 5).
+    """One pass over ``batches`` in training mode; returns the mean loss, the accuracy and
+    the number of images seen (chapter 5).
 
     Each step is :func:`train_step`; the loss sum and the accuracy stay on the device and are
     read once, at the end of the epoch. ``non_blocking=None`` means
-    :func:`default_non_blocking` for ``device``.
+    :func:`default_non_blocking` for ``device``. ``accuracy=False`` skips the metric (its
+    ``acc`` is NaN), and ``max_batches`` stops early: the benchmark times bare steps so.
     """
+    if max_batches is not None and max_batches < 1:
+        raise ValueError(f"max_batches must be at least 1 (or None for all), got {max_batches}")
     model.train()
-    acc = _accuracy(num_classes, device)
+    acc = _accuracy(num_classes, device) if accuracy else None
     total_loss = torch.zeros((), device=device)
     seen = 0
-    for x, y in tqdm(batches, desc=desc, leave=False, disable=not progress):
+    for i, (x, y) in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):
+        if max_batches is not None and i >= max_batches:
+            break
         loss, _ = train_step(model, x, y, optimizer, loss_fn, device, metric=acc,
                              non_blocking=non_blocking)
         # Accumulate on the device: calling .item() here would synchronise every step.
@@ -122,8 +130,11 @@ def train_epoch(
         seen += len(y)
     if seen == 0:
         raise ValueError("the training data yielded no batches")
-    loss_sum, accuracy = _read_once(total_loss, acc.compute())
-    return {"loss": loss_sum / seen, "acc": accuracy}
+    if acc is None:
+        (loss_sum,) = _read_once(total_loss)
+        return {"loss": loss_sum / seen, "acc": float("nan"), "images": seen}
+    loss_sum, accuracy_value = _read_once(total_loss, acc.compute())
+    return {"loss": loss_sum / seen, "acc": accuracy_value, "images": seen}
 
 
 @torch.no_grad()
@@ -158,8 +169,11 @@ def evaluate(
         acc.update(logits, y)
     if seen == 0:
         raise ValueError("the validation data yielded no batches")
-    loss_sum, accuracy = _read_once(total_loss, acc.compute())
-    return {"loss": loss_sum / seen, "acc": accuracy}
+    if acc is None:
+        (loss_sum,) = _read_once(total_loss)
+        return {"loss": loss_sum / seen, "acc": float("nan"), "images": seen}
+    loss_sum, accuracy_value = _read_once(total_loss, acc.compute())
+    return {"loss": loss_sum / seen, "acc": accuracy_value, "images": seen}
 
 
 @torch.no_grad()

@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from helpers.bench import core
-from helpers.bench import matmul as bench_matmul
-from helpers.bench import regression as bench_regression
+from bench import core
+from bench import matmul as bench_matmul
+from bench import regression as bench_regression
 from helpers.models import LinearRegression
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from helpers.bench import core
-from helpers.bench import mnist as bench_mnist
+from bench import core
+from bench import mnist as bench_mnist
 from helpers.data import TensorBatches
 
 

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from helpers.bench import core, recipes
+from bench import core, recipes
 
 
 def test_importing_the_module_registers_the_workload() -> None:
@@ -58,7 +58,7 @@ def test_cudnn_flag_is_restored() -> None:
 
 
 def test_cuda_semantics_workload_on_cpu_measures_only_the_launch() -> None:
-    from helpers.bench import cuda_semantics
+    from bench import cuda_semantics
 
     assert core.WORKLOADS["cuda_semantics"].fn is cuda_semantics.run
     assert core.WORKLOADS["cuda_semantics"].chapter == 11

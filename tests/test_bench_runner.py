@@ -1,4 +1,4 @@
-"""The benchmark command, ``python -m helpers.bench``, run on fake workloads."""
+"""The benchmark command, ``python -m bench``, run on fake workloads."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers.bench import __main__ as runner
-from helpers.bench import core, schema
-from helpers.bench.core import Figure
+from bench import __main__ as runner
+from bench import core, schema
+from bench.core import Figure
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,7 +75,7 @@ def test_full_run_writes_one_valid_file_named_after_the_machine(bench, capsys):
     assert schema.validate(doc) == []
     assert schema.validate_file(path) == []
     assert path.stem == doc["machine"]["slug"] == core.machine_slug(core.machine_info())
-    assert doc["quick"] is False and doc["command"] == "python -m helpers.bench --no-progress"
+    assert doc["quick"] is False and doc["command"] == "python -m bench --no-progress"
     for key in ("device_name", "gpu_count", "driver", "cuda", "torch"):
         assert key in doc["machine"]
     names = [(f["workload"], f["chapter"], f["name"], f["unit"]) for f in doc["figures"]]
@@ -192,10 +192,10 @@ def test_a_missing_device_is_refused(bench, capsys):
 
 def test_a_broken_workload_module_is_reported_and_stops_the_run(bench, monkeypatch, capsys):
     monkeypatch.setattr(runner, "load_workload_modules",
-                        lambda package=None: [("helpers.bench.broken", "ImportError: no lib")])
+                        lambda package=None: [("bench.broken", "ImportError: no lib")])
     assert run() == 2
     err = capsys.readouterr().err
-    assert "helpers.bench.broken failed to import: ImportError: no lib" in err
+    assert "bench.broken failed to import: ImportError: no lib" in err
     assert not bench.results.exists()
     assert run("--list") == 2
 
@@ -241,7 +241,7 @@ def test_write_atomically_keeps_the_old_file_when_the_write_fails(tmp_path, monk
 def good_doc() -> dict:
     return {
         "schema_version": 2, "date": "2026-01-02T03:04:05+00:00",
-        "command": "python -m helpers.bench", "quick": False, "duration_s": 12.5,
+        "command": "python -m bench", "quick": False, "duration_s": 12.5,
         "machine": {"slug": "gpu-nvidia-h100-80gb-hbm3-x1", "device_name": "NVIDIA H100 80GB HBM3",
                     "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
                     "accelerator": "cuda", "cpu": "Some CPU", "cpu_count": 16,
@@ -448,8 +448,8 @@ def test_scratch_runs_from_a_checkout_stay_inside_it(bench):
 # The real command, with the book's own workload modules ---------------------------------
 
 def test_the_command_lists_the_books_workloads():
-    """Every workload module in helpers/bench/ imports, and the command lists what it found."""
-    proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--list"], cwd=ROOT,
+    """Every workload module in bench/ imports, and the command lists what it found."""
+    proc = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     modules = sorted(p.stem for p in (ROOT / "helpers" / "bench").glob("*.py")
@@ -459,7 +459,7 @@ def test_the_command_lists_the_books_workloads():
 
 
 def test_the_command_explains_itself():
-    proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--help"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0
     usage = textwrap.dedent(proc.stdout)
@@ -470,7 +470,7 @@ def test_the_command_explains_itself():
 def test_precision_flags_name_the_convolution_setting_cudnn_reads():
     import torch
 
-    from helpers.bench import core
+    from bench import core
 
     cudnn = torch.backends.cudnn
     old = cudnn.conv.fp32_precision

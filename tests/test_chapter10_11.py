@@ -9,8 +9,8 @@ import textwrap
 import pytest
 import torch
 
-from helpers.bench import cuda_semantics
-from helpers.bench.cuda_semantics import ASYNC_ERROR_SCRIPT, async_error_report
+from bench import cuda_semantics
+from bench.cuda_semantics import ASYNC_ERROR_SCRIPT, async_error_report
 
 
 def test_the_faulty_call_is_marked_once_and_is_the_cross_entropy() -> None:

@@ -98,7 +98,7 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
 
     installed = list(env_site.glob("helpers/__init__.py"))
     assert installed, "the setup cell did not install helpers into the clean environment"
-    # every subpackage travels with the wheel (the chapters import helpers.bench.*)
+    # every subpackage travels with the wheel (the chapters import bench.*)
     shipped = {p.relative_to(ROOT).as_posix() for p in (ROOT / "helpers").rglob("*.py")}
     got = {p.relative_to(env_site).as_posix() for p in (env_site / "helpers").rglob("*.py")}
     assert shipped <= got, f"missing from the package: {sorted(shipped - got)}"

@@ -51,7 +51,7 @@ def shows_value(text: str, value: float) -> bool:
 
 
 def test_the_fake_result_file_is_valid_and_clearly_fake():
-    from helpers.bench import schema
+    from bench import schema
 
     doc = fake_doc()
     assert schema.validate_file(FAKE) == []

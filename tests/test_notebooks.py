@@ -56,7 +56,7 @@ def test_stored_without_outputs(path):
     nbformat.validate(nb)
     dirty = [i for i, c in enumerate(nb.cells)
              if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
-    assert not dirty, f"{path.name}: cells {dirty} are stored with outputs; run scripts/notebook.py normalize"
+    assert not dirty, f"{path.name}: cells {dirty} are stored with outputs; run tools/notebook.py normalize"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)

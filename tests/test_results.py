@@ -15,7 +15,7 @@ def write(folder, name, gpu_count, figures, device_name=None, version=1):
         machine.update(accelerator="cuda" if gpu_count else None, book_commit="abc1234def",
                        flags={"cudnn_benchmark": False})
     doc = {"schema_version": version, "date": "2026-11-22T00:00:00+00:00",
-           "command": "python -m helpers.bench", "machine": machine, "figures": figures}
+           "command": "python -m bench", "machine": machine, "figures": figures}
     (folder / f"{name}.json").write_text(json.dumps(doc))
 
 
@@ -154,7 +154,7 @@ def test_a_figure_one_machine_lacks_is_shown_as_missing_not_dropped(tmp_path, ca
     the other machine's figure, the report's tables and the plot are unaffected."""
     import matplotlib.pyplot as plt
 
-    from helpers.bench import report
+    from bench import report
 
     bf16 = dict(FIG, workload="recipes", name="bf16_autocast_speedup", unit="x", value=1.9)
     plain = dict(FIG, workload="recipes", name="plain_step_ms", unit="ms", value=1.2)

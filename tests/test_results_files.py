@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.bench import core, report, schema
+from bench import core, report, schema
 from helpers.results import load_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def test_committed_file_matches_the_schema(path: Path):
     assert schema.validate_file(path) == []
     doc = json.loads(path.read_text())
     assert doc["quick"] is False, "quick runs are smoke tests and are never committed"
-    assert doc["command"].startswith("python -m helpers.bench"), doc["command"]
+    assert doc["command"].startswith("python -m bench"), doc["command"]
     assert "--only" not in doc["command"], "a committed file comes from a run of every workload"
 
 
@@ -94,7 +94,7 @@ FAKE_GPU = {"index": 0, "name": "Example GPU 80GB", "capability": "9.0", "memory
 
 def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: int = 1) -> None:
     """Run the real runner on fake workloads: this machine's CPU, plus made-up GPU machines."""
-    from helpers.bench import __main__ as runner
+    from bench import __main__ as runner
 
     real_info = core.machine_info()
     with monkeypatch.context() as m:

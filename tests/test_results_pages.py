@@ -1,4 +1,4 @@
-"""The GPU report (scripts/gpu_report.py) end to end on the CPU at quick sizes, offline from a
+"""The GPU report (tools/gpu_report.py) end to end on the CPU at quick sizes, offline from a
 wheelhouse, in a copy of the book without .git, as on a GPU server; the rule that decides which
 outputs a page of the book shows; and the recorded pages' own checks."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.bench import schema
+from bench import schema
 from tests.conftest import ROOT
 from tests.test_notebooks import output_problems
 
@@ -62,7 +62,7 @@ def recorded(tmp_path_factory):
     """The real command, on a copy of the book without .git, in a clean environment that has
     torch & co. (as a CUDA image does) but not the helpers, offline from a wheelhouse: chapter 1
     and two small chapters that fail (one raises, one warns), the quick matmul benchmark."""
-    from helpers.bench.__main__ import machine_record
+    from bench.__main__ import machine_record
     from helpers.devices import best_device
 
     tmp = tmp_path_factory.mktemp("gpu-report")

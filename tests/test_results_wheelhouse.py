@@ -1,4 +1,4 @@
-"""The wheelhouse for offline GPU servers (scripts/wheelhouse.py). Installing from it and
+"""The wheelhouse for offline GPU servers (tools/wheelhouse.py). Installing from it and
 running the report offline is tested end to end in tests/test_results_pages.py; here, what it
 asks pip for. Resolving the real pinned set needs the package index, which CI does not have."""
 

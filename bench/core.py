@@ -187,8 +187,8 @@ def precision_flags() -> dict[str, Any]:
 
 
 def book_root() -> Path | None:
-    """The book's checkout this package runs from, or None for an installed package."""
-    root = Path(__file__).resolve().parents[2]
+    """The book's checkout this benchmark runs from, or None for a copy outside one."""
+    root = Path(__file__).resolve().parents[1]
     if (root / "pyproject.toml").is_file() and (root / "chapters").is_dir():
         return root
     return None

@@ -1,6 +1,6 @@
 """What a result file in ``results/`` must contain (appendix: Measured results).
 
-``python -m helpers.bench`` checks every document with :func:`validate` before it writes it,
+``python -m bench`` checks every document with :func:`validate` before it writes it,
 and the book's tests check every committed file the same way. The format is described in
 :mod:`helpers.results`; this module is its executable definition. It imports neither torch nor
 pandas, so it is quick to use anywhere.
@@ -18,10 +18,11 @@ from typing import Any
 __all__ = ["READABLE_VERSIONS", "SCHEMA_VERSION", "SchemaError", "check", "validate", "validate_file",
            "validate_machine"]
 
-#: The version the runner writes. Version 1 files (before the machine record named its
-#: accelerator kind, the book's commit and the precision flags) stay readable and valid.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+from helpers.results import (  # the one definition
+    READABLE_VERSIONS,
+    RENAMED_FIGURES,
+    SCHEMA_VERSION,
+)
 
 #: Keys every figure carries, and the machine keys every file names.
 FIGURE_KEYS = ("workload", "chapter", "name", "value", "unit", "device", "spread", "note")
@@ -175,6 +176,9 @@ def validate(doc: Any) -> list[str]:
         if fig_problems:
             continue
         key = (fig["workload"], fig["name"], fig["device"])
+        if version >= 3 and fig["name"] in RENAMED_FIGURES:
+            problems.append(f"figures[{i}]: {fig['name']!r} is named "
+                            f"{RENAMED_FIGURES[fig['name']]!r} since schema version 3")
         if key in seen:
             problems.append(f"figures[{i}]: workload {key[0]!r} reports {key[1]!r} on "
                             f"{key[2]!r} twice")

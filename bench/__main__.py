@@ -1,21 +1,21 @@
-"""The book's benchmark command: ``python -m helpers.bench`` (appendix: Measured results).
+"""The book's benchmark command: ``python -m bench`` (appendix: Measured results).
 
 Runs every chapter's measured workload on this machine's best device and writes one result
 file per machine, ``results/<machine>.json``, which the chapters and the appendix read.
 
-    python -m helpers.bench                 # the full run; writes results/<machine>.json
-    python -m helpers.bench --list          # the workloads it would run
-    python -m helpers.bench --quick         # small sizes, a smoke test; writes _build/bench/
-    python -m helpers.bench --only matmul   # one workload (repeatable); writes _build/bench/
-    python -m helpers.bench --device cpu    # another device; the file name says which
+    python -m bench                 # the full run; writes results/<machine>.json
+    python -m bench --list          # the workloads it would run
+    python -m bench --quick         # small sizes, a smoke test; writes _build/bench/
+    python -m bench --only matmul   # one workload (repeatable); writes _build/bench/
+    python -m bench --device cpu    # another device; the file name says which
 
 Rules that keep the committed files trustworthy:
 
-- The workloads are the modules beside this one (``helpers/bench/<name>.py``), found with
+- The workloads are the modules beside this one (``bench/<name>.py``), found with
   :mod:`pkgutil`, so a new module is picked up without touching this file. A module that fails
   to import stops the run with its error: a result file never lacks a workload silently.
 - The file is written only after every workload has succeeded and the document has passed the
-  schema (:mod:`helpers.bench.schema`), through a temporary file in the same folder and
+  schema (:mod:`bench.schema`), through a temporary file in the same folder and
   :func:`os.replace`; a run that fails or is interrupted leaves the previous file as it was.
   A second full run on the same machine replaces that machine's file.
 - Only a full run of every workload may write into the committed ``results/`` folder. Quick
@@ -184,7 +184,7 @@ def _check_writable(folder: Path) -> str | None:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m helpers.bench",
+        prog="python -m bench",
         description="Run every chapter's measured workload on this machine and write "
                     "results/<machine>.json (the figures the chapters and the appendix show).")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc = {
         "schema_version": schema.SCHEMA_VERSION,
         "date": started.isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "-m", "helpers.bench", *argv]),
+        "command": shlex.join(["python", "-m", "bench", *argv]),
         "quick": bool(args.quick),
         "device": str(device),
         "duration_s": round(time.perf_counter() - t0, 1),

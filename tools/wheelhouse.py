@@ -1,8 +1,8 @@
 """Prepare a wheelhouse for the GPU report on a server without internet access.
 
-    python scripts/wheelhouse.py --out _build/wheelhouse --python 3.12   # with internet
+    python tools/wheelhouse.py --out _build/wheelhouse --python 3.12   # with internet
     # copy _build/wheelhouse to the GPU server, then, in the book's folder there:
-    python scripts/gpu_report.py --wheelhouse _build/wheelhouse
+    python tools/gpu_report.py --wheelhouse _build/wheelhouse
 
 The wheelhouse holds, for the named Python version and platforms (by default every glibc
 Linux x86-64 tag from manylinux_2_28 down to manylinux2014: pip never widens a manylinux tag it
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             raw = data_dir() / "MNIST" / "raw"
         print(f"data: {pack_mnist(raw, out).name}")
     print(f"Wheelhouse ready in {out}: copy it to the GPU server and run "
-          f"`python scripts/gpu_report.py --wheelhouse {out}` there.")
+          f"`python tools/gpu_report.py --wheelhouse {out}` there.")
     return 0
 
 

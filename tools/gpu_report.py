@@ -1,9 +1,9 @@
 """The GPU report: run the whole book on this machine and record what it shows.
 
-    python scripts/gpu_report.py                  # every chapter + the full benchmark
+    python tools/gpu_report.py                  # every chapter + the full benchmark
     make gpu-report                               # the same
-    python scripts/gpu_report.py --wheelhouse W   # first install from a wheelhouse, offline
-    python scripts/gpu_report.py --chapters 01_devices,05_mnist --quick --results /tmp/r
+    python tools/gpu_report.py --wheelhouse W   # first install from a wheelhouse, offline
+    python tools/gpu_report.py --chapters 01_devices,05_mnist --quick --results /tmp/r
 
 It runs the benchmark, then executes every chapter (the appendix excepted: the book renders
 it from ``results/``) on this machine's best device (or ``$BOOK_DEVICE``), keeping the
@@ -24,7 +24,7 @@ code: the current chapter (its prose from the CPU build) with the recorded outpu
 cells, except the committed-figures tables, which come from the CPU build so they list every
 committed machine; otherwise the CPU outputs, saying so:
 
-    python scripts/gpu_report.py stage --executed _executed/chapters --out _build/pages/chapters
+    python tools/gpu_report.py stage --executed _executed/chapters --out _build/pages/chapters
 
 It runs with whatever torch the machine has, at or above the book's minimum, and records it.
 """
@@ -75,15 +75,11 @@ def use_checkout() -> None:
 
 
 def book_commit() -> str:
-    """``$BOOK_COMMIT``, else this checkout's ``git rev-parse HEAD``, else ``"unknown"``."""
-    if os.environ.get("BOOK_COMMIT", "").strip():
-        return os.environ["BOOK_COMMIT"].strip()
-    try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
+    """The book's commit, as the benchmark records it (:func:`bench.core.book_commit`)."""
+    use_checkout()
+    from bench.core import book_commit as commit
+
+    return commit()
 
 
 def code_hash(nb) -> str:
@@ -98,7 +94,7 @@ def code_hash(nb) -> str:
 
 
 def _notebook_tools():
-    spec = importlib.util.spec_from_file_location("book_notebook_tools", ROOT / "scripts" / "notebook.py")
+    spec = importlib.util.spec_from_file_location("book_notebook_tools", ROOT / "tools" / "notebook.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -111,7 +107,7 @@ def install_wheelhouse(wheelhouse: Path) -> None:
     requirements = wheelhouse / WHEELHOUSE_REQUIREMENTS
     if not requirements.exists():
         raise SystemExit(f"{wheelhouse} has no {WHEELHOUSE_REQUIREMENTS}: build it with "
-                         "`python scripts/wheelhouse.py --out DIR` on a machine with internet")
+                         "`python tools/wheelhouse.py --out DIR` on a machine with internet")
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
            "--find-links", str(wheelhouse)]
     if requirements.read_text().split():
@@ -247,9 +243,9 @@ def record(args: argparse.Namespace) -> int:
         unpack_mnist(args.data)
     import nbformat
 
-    from helpers.bench import __main__ as runner
-    from helpers.bench.report import machine_label
+    from bench import __main__ as runner
     from helpers.devices import best_device
+    from helpers.results import machine_label
 
     device = best_device(None)
     if device.type == "cpu" and not args.allow_cpu:
@@ -286,7 +282,7 @@ def record(args: argparse.Namespace) -> int:
     summary: dict[str, Any] = {"run": run, "chapters": {}}
 
     # The benchmark first, so the chapters run beside this machine's own result file.
-    bench = [sys.executable, "-m", "helpers.bench", "--no-progress"]
+    bench = [sys.executable, "-m", "bench", "--no-progress"]
     if args.quick:
         bench.append("--quick")
     for name in args.bench_only:

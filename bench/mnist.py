@@ -5,17 +5,17 @@ with that tutorial's DataLoader (``ToTensor()`` on every PIL image, batch 128, n
 whole dataset kept on the device as one tensor, batched by indexing
 (:func:`helpers.data.mnist_tensors` + :class:`helpers.data.TensorBatches`). This module measures
 the same two paths for the book's benchmark command, with the same model, optimiser (Adam),
-batch size and training step (:func:`helpers.training.train_step`), so the two differ only in
+batch size and training epoch (:func:`helpers.training.train_epoch`), so the two differ only in
 where the batches come from: decoded by the DataLoader and copied to the device at every step
 (``non_blocking`` on CUDA, from pageable memory), or indexed on the device.
 
 Figures (``quick=False``; ``quick=True`` trains on a small subset and says so in each note):
 
-- always, on the CPU: ``cpu_seed_loader_images_per_s``, ``cpu_resident_images_per_s`` and
-  their ratio ``cpu_resident_over_seed_loader`` (one training epoch each; on the CPU a subset of
+- always, on the CPU: ``cpu_tutorial_loader_images_per_s``, ``cpu_resident_images_per_s`` and
+  their ratio ``cpu_resident_over_tutorial_loader`` (one training epoch each; on the CPU a subset of
   :data:`CPU_IMAGES` images, since the rate does not depend on how many there are);
-- on an accelerator: ``seed_loader_images_per_s``, ``resident_images_per_s`` and
-  ``resident_over_seed_loader``, each over a full 60,000-image epoch after a warm-up;
+- on an accelerator: ``tutorial_loader_images_per_s``, ``resident_images_per_s`` and
+  ``resident_over_tutorial_loader``, each over a full 60,000-image epoch after a warm-up;
 - full runs only, on the device the run is for: ``seconds_to_target`` (training seconds, device
   synchronised, evaluation excluded, until the test accuracy reaches :data:`TARGET_ACCURACY` on
   the device-resident path, Adam with the learning rate multiplied by :data:`LR_DECAY` after
@@ -31,14 +31,14 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
-from helpers.bench.core import Figure, workload
+from bench.core import Figure, workload
 from helpers.data import TensorBatches, mnist, mnist_tensors
 from helpers.models import MnistCNN
 from helpers.timing import synchronize
-from helpers.training import evaluate, train_step
+from helpers.training import evaluate, train_epoch
 
 __all__ = ["BATCH_SIZE", "CPU_BUDGET_S", "CPU_IMAGES", "LR", "LR_DECAY", "TARGET_ACCURACY", "run",
-           "seed_loader", "time_to_accuracy", "train_images_per_s"]
+           "tutorial_loader", "time_to_accuracy", "train_images_per_s"]
 
 #: The tutorial's batch size, used by both paths.
 BATCH_SIZE = 128
@@ -57,7 +57,7 @@ CPU_BUDGET_S = 300.0
 MAX_EPOCHS = 30
 
 
-def seed_loader(n: int | None = None, *, batch_size: int = BATCH_SIZE, seed: int = 0) -> DataLoader:
+def tutorial_loader(n: int | None = None, *, batch_size: int = BATCH_SIZE, seed: int = 0) -> DataLoader:
     """The tutorial's training DataLoader: ``ToTensor()`` per image, shuffled, batch 128,
     ``num_workers=0`` (chapter 5); the first ``n`` training images only when ``n`` is given."""
     ds = mnist(train=True)
@@ -75,19 +75,11 @@ def _model_and_optimizer(device: torch.device, seed: int = 0) -> tuple[nn.Module
     return model, torch.optim.Adam(model.parameters(), lr=LR, fused=fused)
 
 
-def _train_epoch(model: nn.Module, optimizer: torch.optim.Optimizer, batches,
-                 device: torch.device, max_batches: int | None = None) -> int:
-    """One training pass of :func:`helpers.training.train_step` (the book's step: no ``.item()``,
-    copies ``non_blocking`` on CUDA), with no metric; returns the number of images seen."""
-    model.train()
-    loss_fn = nn.CrossEntropyLoss()
-    seen = 0
-    for i, (x, y) in enumerate(batches):
-        if max_batches is not None and i >= max_batches:
-            break
-        train_step(model, x, y, optimizer, loss_fn, device)
-        seen += len(y)
-    return seen
+def _epoch(model: nn.Module, optimizer: torch.optim.Optimizer, batches, device: torch.device,
+           max_batches: int | None = None) -> int:
+    """One training pass of the book's epoch (no metric: bare steps); returns images seen."""
+    return train_epoch(model, batches, optimizer, nn.CrossEntropyLoss(), device,
+                       accuracy=False, max_batches=max_batches)["images"]
 
 
 def train_images_per_s(batches, device: torch.device, *, warmup_batches: int = 5) -> tuple[float, float]:
@@ -96,10 +88,10 @@ def train_images_per_s(batches, device: torch.device, *, warmup_batches: int = 5
     start-up and cuDNN's algorithm choice are not counted."""
     device = torch.device(device)
     model, optimizer = _model_and_optimizer(device)
-    _train_epoch(model, optimizer, batches, device, max_batches=warmup_batches)
+    _epoch(model, optimizer, batches, device, max_batches=warmup_batches)
     synchronize(device)
     start = time.perf_counter()
-    seen = _train_epoch(model, optimizer, batches, device)
+    seen = _epoch(model, optimizer, batches, device)
     synchronize(device)
     seconds = time.perf_counter() - start
     return seen / seconds, seconds
@@ -127,7 +119,7 @@ def time_to_accuracy(device: torch.device, *, target: float = TARGET_ACCURACY,
     # CUDA start-up and every kernel's first call are paid before the clock starts, by a few
     # steps of a throw-away model; the timed model starts from its own seeded initialisation.
     spare, spare_optimizer = _model_and_optimizer(device, seed + 1)
-    _train_epoch(spare, spare_optimizer, batches, device, max_batches=5)
+    _epoch(spare, spare_optimizer, batches, device, max_batches=5)
     _test_accuracy(spare, xt[:256], yt[:256])
     del spare, spare_optimizer
     model, optimizer = _model_and_optimizer(device, seed)
@@ -136,7 +128,7 @@ def time_to_accuracy(device: torch.device, *, target: float = TARGET_ACCURACY,
     seconds, accuracy, epochs = 0.0, 0.0, 0
     while epochs < max_epochs:
         start = time.perf_counter()
-        _train_epoch(model, optimizer, batches, device)
+        _epoch(model, optimizer, batches, device)
         scheduler.step()
         synchronize(device)
         seconds += time.perf_counter() - start
@@ -150,20 +142,20 @@ def time_to_accuracy(device: torch.device, *, target: float = TARGET_ACCURACY,
 
 def _throughput_figures(device: torch.device, n: int | None, prefix: str, tag: str) -> list[Figure]:
     where = f"{n:,} training images" if n is not None else "the full 60,000-image epoch"
-    loader_rate, loader_s = train_images_per_s(seed_loader(n), device)
+    loader_rate, loader_s = train_images_per_s(tutorial_loader(n), device)
     x, y = mnist_tensors(True, device, subset=n)
     resident = TensorBatches(x, y, batch_size=BATCH_SIZE, shuffle=True,
                              generator=torch.Generator().manual_seed(0))
     resident_rate, resident_s = train_images_per_s(resident, device)
     dev = str(device)
     return [
-        Figure(f"{prefix}seed_loader_images_per_s", loader_rate, "images/s", dev, None,
+        Figure(f"{prefix}tutorial_loader_images_per_s", loader_rate, "images/s", dev, None,
                f"{tag}one training epoch over {where} ({loader_s:.2f} s), DataLoader with "
                f"ToTensor, batch {BATCH_SIZE}, num_workers=0, batches copied to {dev}"),
         Figure(f"{prefix}resident_images_per_s", resident_rate, "images/s", dev, None,
                f"{tag}one training epoch over {where} ({resident_s:.2f} s), images kept on "
                f"{dev} as one tensor, batch {BATCH_SIZE} by indexing"),
-        Figure(f"{prefix}resident_over_seed_loader", resident_rate / loader_rate, "x", dev, None,
+        Figure(f"{prefix}resident_over_tutorial_loader", resident_rate / loader_rate, "x", dev, None,
                f"{tag}device-resident images/s divided by the tutorial-style DataLoader's"),
     ]
 

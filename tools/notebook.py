@@ -4,10 +4,10 @@ Chapters are stored as .ipynb without outputs. Authors may write a chapter as a 
 Python file (``# %%`` code cells, ``# %% [markdown]`` cells, ``# %% tags=["raises-exception"]``
 for tagged cells) and convert it; or edit the notebook directly and normalise it.
 
-    python scripts/notebook.py build  draft.py chapters/05_mnist.ipynb --chapter 5 --needs cpu --best-on gpu
-    python scripts/notebook.py dump   chapters/05_mnist.ipynb draft.py
-    python scripts/notebook.py normalize chapters/*.ipynb
-    python scripts/notebook.py trim-errors _executed/chapters/*.ipynb
+    python tools/notebook.py build  draft.py chapters/05_mnist.ipynb --chapter 5 --needs cpu --best-on gpu
+    python tools/notebook.py dump   chapters/05_mnist.ipynb draft.py
+    python tools/notebook.py normalize chapters/*.ipynb
+    python tools/notebook.py trim-errors _executed/chapters/*.ipynb
 
 Normalising strips outputs and execution counts and sets the metadata every chapter carries:
 the Python 3 kernel, Colab's request for a GPU runtime, and the hardware the chapter declares

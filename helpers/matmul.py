@@ -1,10 +1,9 @@
-"""The ``matmul`` workload: matrix-multiply throughput on the CPU and the accelerator (chapter 3).
+"""Matrix multiply on the CPU and an accelerator: the pieces chapter 3 reuses (chapter 3).
 
 Chapter 3 (Matrix multiply, CPU vs GPU) times the product of the tutorials it names (Wang
 Zhefeng's *PyTorch 训练模型 GPU* and lyhue1991's *6-3, 使用GPU训练模型*),
 ``(10000, 200) @ (200, 10000)``, first naively and then correctly, and sweeps square sizes in
-fp32, TF32 and bf16. This module measures the same things for the book's benchmark command and
-holds the small pieces the chapter reuses once it has shown them in raw PyTorch:
+fp32, TF32 and bf16. Once it has shown each step in raw PyTorch it uses these:
 
 - :func:`fp32_precision`: allow or forbid TF32 for float32 matmuls, restoring the old setting;
 - :func:`num_threads`: run a block with a given number of CPU threads, restoring the old one;
@@ -13,33 +12,23 @@ holds the small pieces the chapter reuses once it has shown them in raw PyTorch:
 - :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
   with the host-to-device copy of its inputs included) and its TFLOP/s.
 
-Figures (``quick=False``; ``quick=True`` uses small sizes and says so in each note):
-
-- on the CPU, always: ``cpu_seed_product_seconds``, ``cpu_seed_product_gflops``,
-  ``cpu_gflops_1thread`` and ``cpu_gflops_all_threads`` (a square product);
-- on an accelerator: ``seed_product_seconds``, ``seed_product_naive_seconds`` (the
-  ``time.time()`` pitfall), ``seed_product_naive_factor``, ``seed_product_with_copy_seconds``,
-  ``seed_product_speedup_vs_cpu``, ``<mode>_tflops_n<size>`` for every supported mode and
-  size, and ``<mode>_share_of_peak_n<largest>`` where the GPU's peak is known.
+The book's benchmark (``bench/matmul.py``) measures with the same functions.
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
-import time
 from collections.abc import Iterator
 
 import torch
 
-from helpers.bench.core import Figure, workload
-from helpers.timing import Timing, benchmark, matmul_flops, share_of_peak, synchronize, tflops
+from helpers.timing import Timing, benchmark, matmul_flops, tflops
 
-__all__ = ["MODES", "SEED_SHAPE", "SWEEP_SIZES", "fp32_precision", "num_threads", "run",
+__all__ = ["MODES", "SWEEP_SIZES", "TUTORIAL_SHAPE", "fp32_precision", "num_threads",
            "supported_modes", "sweep_sizes", "time_matmul"]
 
 #: The tutorials' product: (m, k) @ (k, n).
-SEED_SHAPE = (10_000, 200, 10_000)
+TUTORIAL_SHAPE = (10_000, 200, 10_000)
 
 #: Number formats the sweep knows: the name used in figures -> (dtype, fp32 matmul precision).
 MODES: dict[str, tuple[torch.dtype, str]] = {
@@ -173,108 +162,3 @@ def time_matmul(m: int, k: int, n: int, device: torch.device | str, mode: str = 
         timing = benchmark(product, device=device, label=f"{mode} {m}x{k} @ {k}x{n}",
                            warmup=warmup, min_run_time=min_run_time, min_runs=min_runs)
     return timing, tflops(matmul_flops(m, k, n), timing.median)
-
-
-def _naive_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int = 10) -> float:
-    """The pitfall: ``time.perf_counter()`` around the call, with no synchronisation inside."""
-    device = a.device
-    seconds = []
-    for _ in range(repeats):
-        synchronize(device)  # start from an idle device, as a fresh cell would
-        tic = time.perf_counter()
-        a @ b
-        seconds.append(time.perf_counter() - tic)
-        synchronize(device)
-    return statistics.median(seconds)
-
-
-def _relative_spread(timing: Timing, value: float) -> float:
-    return value * timing.iqr / timing.median
-
-
-def _cpu_figures(quick: bool) -> list[Figure]:
-    m, k, n = (1000, 200, 1000) if quick else SEED_SHAPE
-    size = 256 if quick else 2048
-    budget = 0.05 if quick else 1.0
-    tag = "quick run: " if quick else ""
-    timing, tf = time_matmul(m, k, n, "cpu", warmup=1, min_run_time=budget)
-    threads = torch.get_num_threads()
-    out = [
-        Figure("cpu_seed_product_seconds", timing.median, "s", "cpu", timing.iqr,
-               f"{tag}fp32 ({m}, {k}) @ ({k}, {n}) into a preallocated output, "
-               f"{threads} threads, median"),
-        Figure("cpu_seed_product_gflops", tf * 1e3, "GFLOP/s", "cpu",
-               _relative_spread(timing, tf * 1e3), f"{tag}fp32 ({m}, {k}) @ ({k}, {n})"),
-    ]
-    for name, count in (("cpu_gflops_1thread", 1), ("cpu_gflops_all_threads", threads)):
-        with num_threads(count):
-            timing, tf = time_matmul(size, size, size, "cpu", warmup=1, min_run_time=budget)
-        out.append(Figure(name, tf * 1e3, "GFLOP/s", "cpu", _relative_spread(timing, tf * 1e3),
-                          f"{tag}fp32 square n={size}, {count} thread(s) of {threads}"))
-    return out
-
-
-def _gpu_figures(device: torch.device, quick: bool, cpu_seed_seconds: float) -> list[Figure]:
-    m, k, n = (1000, 200, 1000) if quick else SEED_SHAPE
-    tag = "quick run: " if quick else ""
-    budget = 0.1 if quick else 1.0
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
-    out = []
-
-    with fp32_precision("ieee"):
-        a = torch.randn(m, k, device=device)
-        b = torch.randn(k, n, device=device)
-        for _ in range(3):
-            a @ b
-        naive = _naive_seconds(a, b)
-        del a, b
-    timing, _ = time_matmul(m, k, n, device, "fp32", min_run_time=budget)
-    copied, _ = time_matmul(m, k, n, device, "fp32", include_copy=True, min_run_time=budget)
-    shape = f"fp32 ({m}, {k}) @ ({k}, {n})"
-    out += [
-        Figure("seed_product_seconds", timing.median, "s", str(device), timing.iqr,
-               f"{tag}{shape} into a preallocated output, synchronised, median"),
-        Figure("seed_product_naive_seconds", naive, "s", str(device), None,
-               f"{tag}{shape}, time.perf_counter() around the call, no synchronisation"),
-        Figure("seed_product_naive_factor", timing.median / naive, "x", str(device), None,
-               f"{tag}synchronised time / naive time"),
-        Figure("seed_product_with_copy_seconds", copied.median, "s", str(device), copied.iqr,
-               f"{tag}{shape}, inputs copied from the CPU inside every timed call"),
-        Figure("seed_product_speedup_vs_cpu", cpu_seed_seconds / timing.median, "x",
-               str(device), None, f"{tag}CPU seconds / {device} seconds, fp32"),
-    ]
-
-    sizes = sweep_sizes(device, [256, 512] if quick else [1024, 4096, 8192, 16384])
-    for mode in supported_modes(device):
-        achieved = {}
-        for size in sizes:
-            timing, tf = time_matmul(size, size, size, device, mode, min_run_time=budget)
-            achieved[size] = tf
-            out.append(Figure(f"{mode}_tflops_n{size}", tf, "TFLOP/s", str(device),
-                              _relative_spread(timing, tf), f"{tag}square n={size}, {mode}"))
-            if device.type == "cuda":
-                with torch.cuda.device(device):
-                    torch.cuda.empty_cache()  # the next size needs different blocks
-        largest = sizes[-1]
-        share = share_of_peak(achieved[largest], name, mode)
-        if share is not None:
-            out.append(Figure(f"{mode}_share_of_peak_n{largest}", share, "fraction",
-                              str(device), None,
-                              f"{tag}{achieved[largest]:.1f} TFLOP/s of the dense {mode} peak "
-                              f"quoted for {name} in helpers.timing.PEAK_TFLOPS"))
-    return out
-
-
-@workload("matmul", chapter=3)
-def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
-    """Matrix-multiply throughput: the tutorials' product and a square-size sweep in fp32/TF32/bf16.
-
-    The CPU's GFLOP/s (one thread and all threads) are always measured; the accelerator's
-    figures are added when ``device`` is not the CPU.
-    """
-    device = torch.device(device)
-    figures = _cpu_figures(quick)
-    if device.type != "cpu":
-        cpu_seconds = figures[0].value
-        figures += _gpu_figures(device, quick, cpu_seconds)
-    return figures

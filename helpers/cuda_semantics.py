@@ -1,0 +1,186 @@
+"""CUDA behaviours chapter 11 demonstrates: late errors and copy/compute overlap (chapter 11).
+
+- :func:`async_error_report` runs a script with a bad class index in a fresh process and
+  reports where the error surfaced: on a CUDA GPU, lines after the faulty call (the kernel's
+  device-side assert fires while Python has moved on), unless ``CUDA_LAUNCH_BLOCKING=1``.
+- :func:`event_ms` times GPU work between two CUDA events on a device's current stream.
+- :func:`copy_compute_overlap` measures a pinned host-to-device copy and matrix products on one
+  stream, then with the copy on a second stream.
+
+The book's benchmark (``bench/cuda_semantics.py``) records the same measurements.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from helpers.timing import synchronize
+
+__all__ = ["ASYNC_ERROR_SCRIPT", "AsyncErrorReport", "Overlap", "async_error_report",
+           "copy_compute_overlap", "event_ms"]
+
+#: A script whose cross-entropy gets a target class that does not exist (10 of classes 0-9).
+#: On a CUDA GPU the kernel's device-side assert fires while Python has already moved on; on
+#: the CPU the same call raises ``IndexError: Target 10 is out of bounds.`` at once.
+ASYNC_ERROR_SCRIPT = """\
+import sys
+import torch
+
+device = torch.device(sys.argv[1])
+logits = torch.randn(64, 10, device=device)
+target = torch.full((64,), 10, device=device)  # classes are 0..9: 10 is out of range
+if device.type == "cuda":
+    busy = torch.randn(4096, 4096, device=device)
+    for _ in range(20):  # tens of milliseconds of queued work: the faulty kernel starts late
+        torch.mm(busy, busy)
+loss = torch.nn.functional.cross_entropy(logits, target)  # the faulty call
+print("the faulty call returned", flush=True)
+print("loss:", loss.item())  # the first call that waits for the GPU
+"""
+
+
+@dataclass(frozen=True)
+class AsyncErrorReport:
+    """Where :data:`ASYNC_ERROR_SCRIPT` failed (chapter 11): the faulty call's line, the line
+    Python's traceback blames, the error's first line, and what the script printed before."""
+
+    faulty_line: int
+    reported_line: int
+    error: str
+    printed: str
+
+    @property
+    def lines_late(self) -> int:
+        """How many lines after the faulty call the error surfaced (0: at the call itself)."""
+        return self.reported_line - self.faulty_line
+
+
+def async_error_report(device: torch.device | str, *, launch_blocking: bool = False,
+                       timeout: float = 300) -> AsyncErrorReport:
+    """Run :data:`ASYNC_ERROR_SCRIPT` on ``device`` in a fresh process and report where it failed
+    (chapter 11).
+
+    A separate process, because a device-side assert leaves the CUDA context unusable for the
+    rest of the process. ``launch_blocking`` sets ``CUDA_LAUNCH_BLOCKING=1``, which makes every
+    kernel launch wait for the kernel, so the error is raised at the faulty call.
+    """
+    device = torch.device(device)
+    if device.type == "meta":
+        raise ValueError("the meta device runs no kernels; pass 'cpu' or a CUDA device")
+    faulty = next(i for i, line in enumerate(ASYNC_ERROR_SCRIPT.splitlines(), start=1)
+                  if line.endswith("# the faulty call"))
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_LAUNCH_BLOCKING"}
+    if launch_blocking:
+        env["CUDA_LAUNCH_BLOCKING"] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "faulty_target.py")
+        with open(script, "w") as fh:
+            fh.write(ASYNC_ERROR_SCRIPT)
+        proc = subprocess.run([sys.executable, script, str(device)], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    if proc.returncode == 0:
+        raise RuntimeError(f"the faulty script ran to the end on {device}; expected an error. "
+                           f"It printed:\n{proc.stdout}")
+    lines = [int(n) for n in re.findall(rf'File "{re.escape(script)}", line (\d+)', proc.stderr)]
+    errors = [line for line in proc.stderr.splitlines() if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
+    if not lines or not errors:
+        raise RuntimeError(f"could not find the failing line in the script's error output:\n"
+                           f"{proc.stderr[-3000:]}")
+    return AsyncErrorReport(faulty_line=faulty, reported_line=lines[-1], error=errors[-1],
+                            printed=proc.stdout)
+
+
+def _cuda(device: torch.device | str) -> torch.device:
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"CUDA events and streams need a CUDA device, got {device}; "
+                         "run this where torch.cuda.is_available() is True")
+    return device
+
+
+def event_ms(fn: Callable[[], object], device: torch.device | str) -> float:
+    """GPU milliseconds of ``fn()``, between two CUDA events on ``device``'s current stream
+    (chapter 11). Waits for ``device`` before starting, and for the end event after."""
+    device = _cuda(device)
+    stream = torch.cuda.current_stream(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    synchronize(device)
+    start.record(stream)
+    fn()
+    end.record(stream)
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """What :func:`copy_compute_overlap` measured, in GPU milliseconds (best of ``repeats``)."""
+
+    mib: int
+    products: int
+    copy_ms: float
+    compute_ms: float
+    serial_ms: float
+    overlapped_ms: float
+
+    @property
+    def saved(self) -> float:
+        """Share of the serial time the second stream saved."""
+        return 1 - self.overlapped_ms / self.serial_ms
+
+
+def copy_compute_overlap(device: torch.device | str, *, mib: int = 256, size: int = 4096,
+                         repeats: int = 3) -> Overlap:
+    """Copy ``mib`` MiB from pinned host memory to ``device`` while it multiplies ``size x size``
+    matrices: first on one stream, then with the copy on a second stream (chapter 11).
+
+    The number of products is chosen so that they take about as long as the copy, so a full
+    overlap takes about half of the serial time. Everything runs inside
+    ``torch.cuda.device(device)``; the overlapped copy follows the two stream rules: the copy
+    stream waits for earlier work, and the main stream waits for the copy before its result is
+    used (``record_stream`` tells the allocator).
+    """
+    device = _cuda(device)
+    if mib < 1 or size < 1 or repeats < 1:
+        raise ValueError(f"mib, size and repeats must be positive, got {mib}, {size}, {repeats}")
+    with torch.cuda.device(device):
+        host = torch.randn(mib * 2**18, pin_memory=True)  # float32: 4 bytes each
+        m = torch.randn(size, size, device=device)
+        copy_stream = torch.cuda.Stream(device=device)
+
+        def copy_only() -> None:
+            host.to(device, non_blocking=True)
+
+        def best(fn: Callable[[], object]) -> float:
+            return min(event_ms(fn, device) for _ in range(repeats))
+
+        copy_only()
+        copy_ms = best(copy_only)
+        reps = max(1, round(copy_ms / best(lambda: m @ m)))
+
+        def compute() -> None:
+            for _ in range(reps):
+                m @ m
+
+        def serial() -> None:
+            copy_only()
+            compute()
+
+        def overlapped() -> None:
+            main = torch.cuda.current_stream(device)
+            copy_stream.wait_stream(main)  # the copy may not start before earlier work
+            with torch.cuda.stream(copy_stream):
+                on_device = host.to(device, non_blocking=True)
+            compute()  # on main, while the copy runs on copy_stream
+            main.wait_stream(copy_stream)  # before anyone uses on_device
+            on_device.record_stream(main)
+
+        return Overlap(mib, reps, copy_ms, best(compute), best(serial), best(overlapped))
