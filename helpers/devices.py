@@ -62,16 +62,13 @@ def _type_count(kind: str) -> int:
 def available_devices() -> list[str]:
     """Every device this machine can run on, best first: ``['cuda:0', 'cuda:1', 'cpu']`` (chapter 1).
 
+    Accelerators carry their index, as their tensors report it: a Mac lists ``'mps:0'``.
     The ``meta`` device (shapes without data, present everywhere) is not listed: it runs no
     computation, though :func:`resolve_device` accepts it for the device-pitfall chapters.
     """
     names: list[str] = []
     for kind in _ACCELERATOR_ORDER:
-        count = _type_count(kind)
-        if kind == "mps":
-            names += ["mps"] * min(count, 1)
-        else:
-            names += [f"{kind}:{i}" for i in range(count)]
+        names += [f"{kind}:{i}" for i in range(_type_count(kind))]
     names.append("cpu")
     return names
 
@@ -101,40 +98,64 @@ def _did_you_mean(text: str) -> str:
     return ""
 
 
+def _current_index(kind: str) -> int:
+    # PyTorch drives a single Apple GPU, always index 0 (ATen's MPSGuardImpl).
+    return 0 if kind == "mps" else getattr(torch, kind).current_device()
+
+
 def resolve_device(spec: str | torch.device | int) -> torch.device:
     """Turn ``spec`` into a :class:`torch.device` that exists on this machine (chapter 1).
 
     Accepts ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``, ``"xpu:0"``, ``"meta"``, an
-    integer GPU index or a ``torch.device``. Anything this machine does not have raises a
-    ``ValueError`` that lists the devices it does have. ``"meta"`` (shapes without data) is
+    integer GPU index or a ``torch.device``. Accelerators come back with their index filled
+    in (``"cuda"`` gives the current GPU, ``"mps"`` gives ``mps:0``), so the result equals
+    the ``.device`` of the tensors created on it. Anything this machine does not have raises
+    a ``ValueError`` that lists the devices it does have; a value that is no device name at
+    all (``None``, ``3.5``) raises a ``TypeError``. ``"meta"`` (shapes without data) is
     accepted here for the device-pitfall demonstrations, but :func:`best_device` refuses it.
     """
+    here = f"Devices on this machine: {', '.join(available_devices())}."
+    if isinstance(spec, bool) or not isinstance(spec, str | torch.device | int):
+        raise TypeError(
+            f"a device must be a name such as 'cuda:0' or 'cpu', a torch.device or a GPU index, "
+            f"not {spec!r} ({type(spec).__name__}). {here}")
     if isinstance(spec, int):
+        if spec < 0:
+            raise ValueError(f"GPU index {spec} is negative: GPUs are numbered from 0. {here}")
         spec = f"cuda:{spec}"
     text = str(spec).strip()
-    here = f"Devices on this machine: {', '.join(available_devices())}."
+    if not text:
+        raise ValueError(f"the device name is empty: pass one of the devices listed. {here}")
     try:
         device = torch.device(text)
     except RuntimeError as exc:
-        reason = _did_you_mean(text) or str(exc)
+        kind = text.partition(":")[0]
+        reason = _did_you_mean(text) or (
+            f"did you mean {text.lower()!r}? (device types are lower-case)"
+            if kind != kind.lower() and kind.lower() in ("cpu", "meta", *_ACCELERATOR_ORDER)
+            else str(exc))
         raise ValueError(f"{text!r} is not a device name PyTorch understands: {reason} {here}") from None
     if device.type == "meta":
-        return device
+        return torch.device("meta")  # meta tensors report "meta", without an index
     if device.type not in ("cpu", *_ACCELERATOR_ORDER):
         raise ValueError(f"device type {device.type!r} is not supported by the book's helpers. {here}")
+    if device.type == "cpu":
+        if device.index:
+            raise ValueError(f"device {text!r} does not exist: there is one CPU device, 'cpu'. {here}")
+        return torch.device("cpu")  # CPU tensors report "cpu", without an index
     count = _type_count(device.type)
     if count == 0:
-        raise ValueError(f"device {text!r} is not available on this machine. {here}")
-    if device.type in ("cuda", "xpu"):
-        # Without an index, "cuda" means the current GPU (cuda:0 unless set_device changed it).
-        index = getattr(torch, device.type).current_device() if device.index is None else device.index
-        if index >= count:
-            raise ValueError(
-                f"device {text!r} does not exist: this machine has {count} {device.type} "
-                f"device(s), numbered 0 to {count - 1}. {here}"
-            )
-        return torch.device(device.type, index)
-    return torch.device(device.type)
+        raise ValueError(f"device {text!r} is not available on this machine: pass one of the "
+                         f"devices listed, or leave the device out to use the best one. {here}")
+    # Without an index, "cuda" means the current GPU (cuda:0 unless set_device changed it).
+    index = _current_index(device.type) if device.index is None else device.index
+    if index >= count:
+        only = " (PyTorch drives one Apple GPU, as mps:0)" if device.type == "mps" else ""
+        raise ValueError(
+            f"device {text!r} does not exist: this machine has {count} {device.type} "
+            f"device(s), numbered 0 to {count - 1}{only}. {here}"
+        )
+    return torch.device(device.type, index)
 
 
 def best_device(override: str | torch.device | int | None = None) -> torch.device:
@@ -147,13 +168,14 @@ def best_device(override: str | torch.device | int | None = None) -> torch.devic
     """
     source = ""
     if override is None:
-        override = os.environ.get(DEVICE_ENV_VAR) or None
+        # An empty or blank BOOK_DEVICE counts as unset, as an empty shell variable does.
+        override = os.environ.get(DEVICE_ENV_VAR, "").strip() or None
         source = f"${DEVICE_ENV_VAR}={override!r} (set in the environment): "
     if override is None:
         return torch.device(available_devices()[0])
     try:
         device = resolve_device(override)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         if not source:
             raise
         raise ValueError(f"{source}{exc} Fix or unset {DEVICE_ENV_VAR}.") from None
@@ -187,6 +209,9 @@ def module_device(module: nn.Module) -> torch.device:
     Raises ``ValueError`` for a module without tensors and :class:`DeviceMismatchError`
     when its tensors are split across devices (naming which tensor lives where).
     """
+    if not isinstance(module, nn.Module):
+        hint = " For a tensor, read its .device." if isinstance(module, torch.Tensor) else ""
+        raise TypeError(f"module_device needs an nn.Module, not {type(module).__name__}.{hint}")
     where: dict[torch.device, str] = {}
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         where.setdefault(tensor.device, name)
@@ -246,7 +271,7 @@ def _gpu_lines(in_use: torch.device | None) -> Iterable[str]:
                 line += f" ({free / 2**30:.1f} GiB free)"
             yield line
     if _type_available("mps"):
-        yield "  mps     Apple GPU (Metal Performance Shaders)"
+        yield "  mps:0   Apple GPU (Metal Performance Shaders)"
     if _type_available("xpu"):
         for i in range(torch.xpu.device_count()):
             yield f"  xpu:{i}  {torch.xpu.get_device_name(i)}"
@@ -259,7 +284,7 @@ def describe_devices(device: str | torch.device | None = None) -> str:
     ``device``, the one in use, is also asked how much memory is free, so the other GPUs
     are described without being touched.
     """
-    in_use = None if device is None else torch.device(device)
+    in_use = None if device is None else resolve_device(device)
     # A ROCm build of torch drives AMD GPUs through the same torch.cuda API and lists them as
     # cuda:i, but torch.version.cuda is None there: name the HIP runtime instead.
     hip = getattr(torch.version, "hip", None)
