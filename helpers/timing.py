@@ -8,6 +8,7 @@ chapters 4, 5, 12 and by the book's benchmark command.
 from __future__ import annotations
 
 import math
+import numbers
 import statistics
 import timeit
 from collections.abc import Callable
@@ -32,12 +33,33 @@ __all__ = [
 ]
 
 
-def synchronize(device: torch.device | str | None = None) -> None:
-    """Wait until all work queued on ``device`` has finished (no-op on the CPU) (chapter 3).
+def _device(device: torch.device | str | int, what: str = "device") -> torch.device:
+    """``device`` as a :class:`torch.device` of a kind this machine has, or an error that says
+    which devices it does have (the wording of :func:`helpers.devices.resolve_device`)."""
+    from helpers.devices import _type_available, _type_count, resolve_device
 
-    ``None`` means the current CUDA GPU where there is one; pass the device the work runs on.
-    """
-    dev = torch.device(device) if device is not None else None
+    if isinstance(device, torch.device) and device.type == "cpu":
+        return device
+    if isinstance(device, bool) or not isinstance(device, (str, torch.device, int)):
+        raise TypeError(f"{what} must be a device name such as 'cpu' or 'cuda:0', or a "
+                        f"torch.device; got {device!r} ({type(device).__name__})")
+    try:
+        dev = torch.device(device)
+    except RuntimeError:
+        resolve_device(device)  # raises, naming the bad name and this machine's devices
+        raise
+    if dev.type == "meta":
+        return dev
+    count = _type_count(dev.type) if _type_available(dev.type) else 0
+    # A count of 0 from an available backend means it cannot count (or a test stands in for
+    # it): only an index beyond a known count is refused.
+    if not _type_available(dev.type) or (dev.index is not None and 0 < count <= dev.index):
+        resolve_device(device)  # raises: not on this machine
+    return dev
+
+
+def _synchronize(dev: torch.device | None) -> None:
+    # No checks: this runs inside timed regions (the benchmark's clock).
     kind = dev.type if dev is not None else ("cuda" if torch.cuda.is_available() else "cpu")
     if kind == "cuda" and torch.cuda.is_available():
         torch.cuda.synchronize(dev)
@@ -47,18 +69,27 @@ def synchronize(device: torch.device | str | None = None) -> None:
         torch.xpu.synchronize(dev)
 
 
+def synchronize(device: torch.device | str | None = None) -> None:
+    """Wait until all work queued on ``device`` has finished (no-op on the CPU) (chapter 3).
+
+    ``None`` means the current CUDA GPU where there is one; pass the device the work runs on.
+    A device this machine does not have raises a ``ValueError`` listing the ones it has.
+    """
+    _synchronize(None if device is None else _device(device))
+
+
 def device_clock(device: torch.device | str) -> Callable[[], float]:
     """A clock for :class:`torch.utils.benchmark.Timer` that waits for ``device`` first (chapter 3).
 
     The Timer's own clock synchronises only the *current* accelerator, so work on ``cuda:1``
     (or a CPU measurement on a machine with a GPU) needs a clock that names its device.
     """
-    device = torch.device(device)
-    if device.type == "cpu":
+    device = _device(device)
+    if device.type in ("cpu", "meta"):
         return timeit.default_timer
 
     def clock() -> float:
-        synchronize(device)
+        _synchronize(device)
         return timeit.default_timer()
 
     return clock
@@ -145,15 +176,27 @@ def benchmark(
     Returns the median and interquartile range per call; :attr:`Timing.noisy` says when the
     spread is too large to trust the median closely.
     """
-    device = torch.device(device)
-    if warmup < 0 or min_run_time <= 0 or min_runs < 1:
-        raise ValueError("warmup must be >= 0, min_run_time > 0 and min_runs >= 1")
+    if not callable(fn):
+        raise TypeError(f"fn must be the function to time, got {fn!r}; pass the function "
+                        "itself and its arguments separately: benchmark(torch.matmul, a, b)")
+    for name, value, low in (("warmup", warmup, 0), ("min_runs", min_runs, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    if (isinstance(min_run_time, bool) or not isinstance(min_run_time, numbers.Real)
+            or not 0 < min_run_time < math.inf):
+        raise ValueError(f"min_run_time must be a positive number of seconds, got "
+                         f"{min_run_time!r}")
+    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(
+            num_threads, numbers.Integral) or num_threads < 1):
+        raise ValueError(f"num_threads must be None (this process's thread count) or a whole "
+                         f"number >= 1, got {num_threads!r}")
+    device = _device(device)
     if device.type == "meta":
         raise ValueError("the meta device computes nothing, so there is nothing to time; "
                          "pass the device the work runs on")
     for _ in range(warmup):
         fn(*args, **kwargs)
-    synchronize(device)
+    _synchronize(device)
 
     def call() -> None:
         fn(*args, **kwargs)
@@ -184,15 +227,29 @@ def benchmark(
 
 def matmul_flops(m: int, k: int, n: int) -> int:
     """Floating-point operations of an ``(m, k) @ (k, n)`` product: ``2*m*k*n`` (chapter 3)."""
-    if min(m, k, n) <= 0:
-        raise ValueError(f"matrix sizes must be positive, got {(m, k, n)}")
-    return 2 * m * k * n
+    _check_sizes(m, k, n)
+    return 2 * int(m) * int(k) * int(n)
+
+
+def _check_sizes(*sizes: Any) -> None:
+    for size in sizes:
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
+            raise ValueError(f"matrix sizes must be positive whole numbers, got {sizes!r}; "
+                             "pass (m, k, n) of an (m, k) @ (k, n) product")
+
+
+def _check_number(name: str, value: Any, *, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(
+            value) or value < 0 or (positive and value == 0):
+        need = "positive" if positive else "non-negative"
+        raise ValueError(f"{name} must be a {need} finite number, got {value!r}")
+    return float(value)
 
 
 def tflops(flops: float, seconds: float) -> float:
     """Throughput in TFLOP/s (10**12 floating-point operations per second) (chapter 3)."""
-    if seconds <= 0 or not math.isfinite(seconds):
-        raise ValueError(f"seconds must be a positive finite number, got {seconds}")
+    flops = _check_number("flops", flops, positive=False)
+    seconds = _check_number("seconds", seconds, positive=True)
     return flops / seconds / 1e12
 
 
@@ -286,6 +343,12 @@ def peak_tflops(device_name: str, dtype: str = "fp32") -> float | None:
     """
     if dtype not in ("fp32", "tf32", "bf16", "fp16"):
         raise ValueError(f"unknown dtype key {dtype!r}; use fp32, tf32, bf16 or fp16")
+    if isinstance(device_name, torch.device):
+        raise TypeError(f"got the device {device_name}, not its name; pass "
+                        f"torch.cuda.get_device_name({str(device_name)!r})")
+    if not isinstance(device_name, str):
+        raise TypeError(f"device_name must be a GPU's name as torch.cuda.get_device_name() "
+                        f"prints it, such as 'Tesla T4'; got {device_name!r}")
     wanted = device_name.strip().casefold()
     for name, figures in PEAK_TFLOPS.items():
         if name.casefold() == wanted:
@@ -295,5 +358,6 @@ def peak_tflops(device_name: str, dtype: str = "fp32") -> float | None:
 
 def share_of_peak(achieved_tflops: float, device_name: str, dtype: str = "fp32") -> float | None:
     """Achieved throughput as a fraction of the device's dense peak, or None if unknown (chapter 3)."""
+    achieved_tflops = _check_number("achieved_tflops", achieved_tflops, positive=False)
     peak = peak_tflops(device_name, dtype)
     return None if peak is None else achieved_tflops / peak
