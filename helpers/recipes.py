@@ -13,26 +13,51 @@ see :func:`bf16_is_fast`); ``channels_last``; on CUDA also ``fp16_autocast_grads
 its batch from host memory, pageable, or pinned and ``non_blocking``) and ``compile``
 (``torch.compile`` of the model's forward pass, and through AOTAutograd its backward; the loss
 and the optimizer stay eager).
+
+:func:`compile_or_explain` runs a first compiled call and, where the compiler cannot work on
+this machine (no Triton for a CUDA GPU, a GPU too old for Triton, no C++ compiler for the
+CPU), prints what is missing and what to do instead of a traceback; chapters 11 and 12 use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import math
+import numbers
 import re
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from helpers.devices import resolve_device
 from helpers.models import MnistCNN
 
-__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "TF32_ADVICE", "RecipeStep", "bf16_is_fast",
+__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "TF32_ADVICE", "CompileOutcome", "RecipeStep",
+           "bf16_is_fast", "compile_advice", "compile_failures", "compile_or_explain",
            "make_step", "recipes_for", "tf32_advice_ignored"]
 
 #: The book's batch size for the CNN (chapter 5); full GPU runs use :data:`GPU_BATCH_SIZE`.
 BATCH_SIZE = 128
 GPU_BATCH_SIZE = 512
+
+
+def _device(device: torch.device | str) -> torch.device:
+    """``device`` checked to exist here (``resolve_device``), and able to run a step."""
+    device = resolve_device(device)
+    if device.type == "meta":
+        raise ValueError("the meta device computes nothing, so there is no step to train or "
+                         "time on it; pass 'cpu' or a GPU such as 'cuda'")
+    return device
+
+
+def _whole(name: str, value: object, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
+    return int(value)
 
 
 def bf16_is_fast(device: torch.device) -> bool:
@@ -47,7 +72,7 @@ def bf16_is_fast(device: torch.device) -> bool:
     macOS 14 or later (older systems warn and turn autocast off). Other devices (the CPU
     included) answer True: the measurement says whether bf16 pays off.
     """
-    device = torch.device(device)
+    device = _device(device)
     if device.type == "cuda" and not torch.version.hip:
         return torch.cuda.get_device_capability(device) >= (8, 0)
     if device.type == "mps":
@@ -80,7 +105,7 @@ def tf32_advice_ignored() -> Iterator[None]:
 
 def recipes_for(device: torch.device) -> list[str]:
     """The recipes measured on ``device``, ``plain`` first (chapter 12)."""
-    device = torch.device(device)
+    device = _device(device)
     names = ["plain"] + (["bf16_autocast"] if bf16_is_fast(device) else []) + ["channels_last"]
     if device.type == "cuda":
         names += ["fp16_autocast_gradscaler", "cudnn_benchmark", "plain_host_copy",
@@ -103,10 +128,14 @@ class RecipeStep:
 
     def __init__(self, recipe: str, device: torch.device, *, lr: float = 1e-3,
                  seed: int = 0) -> None:
-        device = torch.device(device)
+        device = _device(device)
         if recipe not in recipes_for(device) and recipe != "compile":
             raise ValueError(f"recipe {recipe!r} does not apply to {device}; "
                              f"choose from {recipes_for(device)}")
+        if (isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr)
+                or lr <= 0):
+            raise ValueError(f"lr must be a positive learning rate such as 1e-3, got {lr!r}")
+        seed = _whole("seed", seed, 0)
         self.recipe, self.device = recipe, device
         self.memory_format = (torch.channels_last if recipe == "channels_last"
                               else torch.contiguous_format)
@@ -125,7 +154,25 @@ class RecipeStep:
         """``x`` in the recipe's memory layout (a no-op unless ``channels_last``)."""
         return x.contiguous(memory_format=self.memory_format)
 
+    def _check_batch(self, x: object, y: object) -> None:
+        # Python-side checks only (no device synchronisation), so timing is unaffected.
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            raise TypeError(f"a step takes two tensors (images, labels), got "
+                            f"{type(x).__name__} and {type(y).__name__}")
+        if x.dim() != 4 or tuple(x.shape[1:]) != (1, 28, 28):
+            raise ValueError(f"images must have shape (batch, 1, 28, 28), got {tuple(x.shape)}; "
+                             "add the channel dimension with x.unsqueeze(1)")
+        if y.shape != (x.shape[0],) or y.dtype != torch.int64:
+            raise ValueError(f"labels must be int64 class indices of shape ({x.shape[0]},), got "
+                             f"{y.dtype} of shape {tuple(y.shape)}; use y.long()")
+        for name, t in (("images", x), ("labels", y)):
+            if t.device.type != self.device.type or (
+                    self.device.index is not None and t.device.index != self.device.index):
+                raise ValueError(f"the {name} are on {t.device} but the model is on "
+                                 f"{self.device}; move them with .to(step.device)")
+
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        self._check_batch(x, y)
         previous = torch.backends.cudnn.benchmark
         if self.recipe == "cudnn_benchmark":
             torch.backends.cudnn.benchmark = True
@@ -157,8 +204,9 @@ def make_step(recipe: str, device: torch.device, batch_size: int = BATCH_SIZE,
     afterwards. ``plain_host_copy`` and ``pinned_non_blocking`` also copy the batch from host
     memory in every step.
     """
-    device = torch.device(device)
+    batch_size = _whole("batch_size", batch_size, 1)
     train_step = RecipeStep(recipe, device, seed=seed)
+    device = train_step.device
     gen = torch.Generator().manual_seed(seed)
     host_x = torch.rand(batch_size, 1, 28, 28, generator=gen)
     host_y = torch.randint(0, 10, (batch_size,), generator=gen)
@@ -176,3 +224,87 @@ def make_step(recipe: str, device: torch.device, batch_size: int = BATCH_SIZE,
 
     step.recipe_step = train_step  # type: ignore[attr-defined]
     return step
+
+
+# -- torch.compile where its compiler may be missing -------------------------------------------
+
+
+@functools.cache
+def compile_failures() -> tuple[type[BaseException], ...]:
+    """The exceptions ``torch.compile``'s first call raises when its compiler cannot work on
+    this machine (chapter 12): read from ``torch._dynamo.exc`` and ``torch._inductor.exc`` on
+    first use, because importing inductor takes seconds."""
+    from torch._dynamo import exc as dynamo_exc
+    from torch._inductor import exc as inductor_exc
+
+    # TritonMissing and GPUTooOldForTriton derive from ShortenTraceback, not from
+    # BackendCompilerFailed: dynamo re-raises them unwrapped. InductorError (a
+    # BackendCompilerFailed) wraps a missing or failing C++ compiler. getattr: a class that an
+    # older torch lacks is left out rather than failing the import.
+    found = [getattr(inductor_exc, name, None) for name in
+             ("TritonMissing", "GPUTooOldForTriton", "InvalidCxxCompiler", "CppCompileError")]
+    return (dynamo_exc.BackendCompilerFailed, *(c for c in found if c is not None))
+
+
+def compile_advice(exc: BaseException, device: torch.device | str) -> str:
+    """What a failed first ``torch.compile`` call on ``device`` needs, in words (chapter 12).
+
+    ``exc`` is one of :func:`compile_failures`; a ``BackendCompilerFailed`` is read through to
+    the exception it wraps (``inner_exception``).
+    """
+    failures = compile_failures()
+    if not isinstance(exc, failures):
+        raise TypeError(f"compile_advice explains torch.compile's compiler failures "
+                        f"({', '.join(t.__name__ for t in failures)}), "
+                        f"not {type(exc).__name__}: {exc}")
+    device = resolve_device(device)
+    inner = getattr(exc, "inner_exception", None) or exc
+    first = str(inner).strip().splitlines()[0][:200] if str(inner).strip() else ""
+    names = {type(exc).__name__, type(inner).__name__}
+    if "TritonMissing" in names:
+        need = ("inductor generates Triton kernels for a GPU, and no working Triton is "
+                "installed: pip install triton (PyTorch's CUDA wheels install the matching "
+                "version)")
+    elif "GPUTooOldForTriton" in names:
+        need = ("Triton needs a CUDA GPU of compute capability 7.0 or later; on this GPU run "
+                "the model without torch.compile (Colab's T4 is 7.5)")
+    elif names & {"InvalidCxxCompiler", "CppCompileError"}:
+        need = ("inductor compiles C++ for the CPU and needs a working C++ compiler on the "
+                "PATH: install g++ or clang++ (on macOS: xcode-select --install)")
+    else:
+        need = ("the compiler backend failed; the model still runs without torch.compile, "
+                "and TORCHDYNAMO_VERBOSE=1 shows the full traceback")
+    return (f"torch.compile could not compile for {device} ({type(inner).__name__}: {first}). "
+            f"What to do: {need}.")
+
+
+@dataclass
+class CompileOutcome:
+    """What :func:`compile_or_explain` saw: ``ok``, or the error and its advice (chapter 12)."""
+
+    error: BaseException | None = None
+    advice: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the block ran to its end (the compiler worked)."""
+        return self.error is None
+
+
+@contextlib.contextmanager
+def compile_or_explain(device: torch.device | str) -> Iterator[CompileOutcome]:
+    """Run a block that calls a ``torch.compile``d function on ``device``; if the compiler
+    cannot work here (:func:`compile_failures`), print what to do and go on (chapters 11, 12).
+
+    Any other exception propagates. Use ``outcome.ok`` after the block::
+
+        with compile_or_explain(device) as outcome:
+            out = torch.compile(fn)(x)
+    """
+    device = resolve_device(device)
+    outcome = CompileOutcome()
+    try:
+        yield outcome
+    except compile_failures() as exc:
+        outcome.error, outcome.advice = exc, compile_advice(exc, device)
+        print(outcome.advice)
