@@ -3,11 +3,11 @@
 Chapter 3 (Matrix multiply, CPU vs GPU) times the product of the tutorials it names (Wang
 Zhefeng's *PyTorch 训练模型 GPU* and lyhue1991's *6-3, 使用GPU训练模型*),
 ``(10000, 200) @ (200, 10000)``, first naively and then correctly, and sweeps square sizes in
-fp32, TF32 and bf16. Once it has shown each step in raw PyTorch it uses these:
+fp32, TF32, bf16 and (on GPUs whose tensor cores predate bf16, such as Colab's T4) fp16. Once it has shown each step in raw PyTorch it uses these:
 
 - :func:`fp32_precision`: allow or forbid TF32 for float32 matmuls, restoring the old setting;
 - :func:`num_threads`: run a block with a given number of CPU threads, restoring the old one;
-- :func:`supported_modes`: which of ``fp32``, ``tf32``, ``bf16`` a device runs natively;
+- :func:`supported_modes`: which of ``fp32``, ``tf32``, ``bf16``, ``fp16`` a device runs natively;
 - :func:`sweep_sizes`: the square sizes that fit comfortably in a device's memory;
 - :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
   with the host-to-device copy of its inputs included) and its TFLOP/s.
@@ -18,14 +18,15 @@ The book's benchmark (``bench/matmul.py``) measures with the same functions.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import numbers
+from collections.abc import Iterable, Iterator
 
 import torch
 
-from helpers.timing import Timing, benchmark, matmul_flops, tflops
+from helpers.timing import Timing, _check_sizes, _device, benchmark, matmul_flops, tflops
 
-__all__ = ["MODES", "SWEEP_SIZES", "TUTORIAL_SHAPE", "fp32_precision", "num_threads",
-           "supported_modes", "sweep_sizes", "time_matmul"]
+__all__ = ["MODES", "SWEEP_SIZES", "TENSOR_CORES_SINCE", "TUTORIAL_SHAPE", "fp32_precision",
+           "num_threads", "supported_modes", "sweep_sizes", "time_matmul"]
 
 #: The tutorials' product: (m, k) @ (k, n).
 TUTORIAL_SHAPE = (10_000, 200, 10_000)
@@ -35,7 +36,11 @@ MODES: dict[str, tuple[torch.dtype, str]] = {
     "fp32": (torch.float32, "ieee"),
     "tf32": (torch.float32, "tf32"),
     "bf16": (torch.bfloat16, "ieee"),
+    "fp16": (torch.float16, "ieee"),
 }
+
+#: The first CUDA compute capability with tensor cores (Volta): they multiply fp16 there.
+TENSOR_CORES_SINCE = (7, 0)
 
 
 #: Square sizes the chapter's accelerator sweep tries, before :func:`sweep_sizes` drops the ones
@@ -68,9 +73,13 @@ def sweep_sizes(device: torch.device | str, sizes: tuple[int, ...] | list[int] =
     matrices. Where the memory size is unknown (the CPU, or an accelerator PyTorch reports no
     size for), sizes up to ``UNKNOWN_MEMORY_LARGEST`` are kept.
     """
-    if not sizes or min(sizes) <= 0:
-        raise ValueError(f"sizes must be positive matrix sizes, got {sizes!r}")
-    total = _total_memory(torch.device(device))
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+        raise TypeError(f"sizes must be a list of matrix sizes such as [256, 1024], got {sizes!r}")
+    sizes = list(sizes)
+    if not sizes:
+        raise ValueError("sizes is empty; pass positive matrix sizes, such as [256, 1024]")
+    _check_sizes(*sizes)
+    total = _total_memory(_device(device))
     if total is None:
         return [s for s in sizes if s <= UNKNOWN_MEMORY_LARGEST]
     return [s for s in sizes if 3 * s * s * 4 <= total / 10]
@@ -84,7 +93,7 @@ def fp32_precision(precision: str) -> Iterator[None]:
     and restores the previous value afterwards. (Mixing it with the older
     ``torch.backends.cuda.matmul.allow_tf32`` flag in one process makes PyTorch raise.)
     """
-    if precision not in ("ieee", "tf32"):
+    if not isinstance(precision, str) or precision not in ("ieee", "tf32"):
         raise ValueError(f"precision must be 'ieee' or 'tf32', got {precision!r}")
     matmul = torch.backends.cuda.matmul
     old = matmul.fp32_precision
@@ -98,8 +107,8 @@ def fp32_precision(precision: str) -> Iterator[None]:
 @contextlib.contextmanager
 def num_threads(n: int) -> Iterator[None]:
     """Within the block, CPU operators use ``n`` threads; the old number is restored (chapter 3)."""
-    if n < 1:
-        raise ValueError(f"need at least one thread, got {n}")
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"need a whole number of threads, at least 1, got {n!r}")
     old = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -113,19 +122,26 @@ def supported_modes(device: torch.device | str) -> list[str]:
 
     The CPU: ``fp32`` (TF32 is a GPU tensor-core format, and bf16 matmuls are only fast on
     CPUs with bf16 units). A CUDA GPU: ``fp32``; ``tf32`` from compute capability 8.0
-    (Ampere); ``bf16`` where the GPU has bf16 hardware rather than emulation. Other
-    accelerators: ``fp32``. Every question is asked about ``device`` itself, not the current GPU.
+    (Ampere); ``bf16`` where the GPU has bf16 hardware rather than emulation; ``fp16`` where
+    fp16 is the only tensor-core format (compute capability 7.x: Volta, and Turing such as
+    Colab's T4). Where bf16 runs, fp16 runs on the same tensor cores at the same peak, so it is
+    not measured twice. Other accelerators, and the ``meta`` device: ``fp32``. Every question
+    is asked about ``device`` itself, not the current GPU; a device this machine does not have
+    raises a ``ValueError``.
     """
-    device = torch.device(device)
+    device = _device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return ["fp32"]
     modes = ["fp32"]
-    if torch.cuda.get_device_capability(device) >= (8, 0):
+    capability = torch.cuda.get_device_capability(device)
+    if capability >= (8, 0):
         modes.append("tf32")
     # is_bf16_supported() takes no device: it asks the current one, so make `device` current.
     with torch.cuda.device(device):
         if torch.cuda.is_bf16_supported(including_emulation=False):
             modes.append("bf16")
+    if capability >= TENSOR_CORES_SINCE and "bf16" not in modes:
+        modes.append("fp16")
     return modes
 
 
@@ -142,9 +158,13 @@ def time_matmul(m: int, k: int, n: int, device: torch.device | str, mode: str = 
     stays there), which is what a computation whose data lives on the host really pays
     (chapter 3).
     """
-    if mode not in MODES:
+    if not isinstance(mode, str) or mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; use one of {sorted(MODES)}")
-    device = torch.device(device)
+    _check_sizes(m, k, n)
+    device = _device(device)
+    if device.type == "meta":
+        raise ValueError("the meta device computes nothing, so there is nothing to time; "
+                         "pass the device the product runs on")
     dtype, precision = MODES[mode]
     home = torch.device("cpu") if include_copy else device
     a = torch.randn(m, k, device=home, dtype=dtype)
