@@ -10,6 +10,8 @@ here so the chapter's later runs and the book's benchmark (``bench/regression.py
 
 from __future__ import annotations
 
+import math
+import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -52,9 +54,16 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.M
 
     Nothing in it makes the CPU wait for the GPU: Adam keeps its step count on the CPU, and
     the loss is not read. Chapter 4 checks that with ``torch.cuda.set_sync_debug_mode``.
+    A target ``y`` whose shape differs from the prediction's raises a ``ValueError`` (the loss
+    would broadcast the two silently, chapter 4's bug).
     """
     optimizer.zero_grad()
-    loss = loss_fn(model(x), y)
+    prediction = model(x)
+    if prediction.shape != y.shape:
+        raise ValueError(f"the model predicts shape {tuple(prediction.shape)} but y has shape "
+                         f"{tuple(y.shape)}; reshape y to match (for one target per row: "
+                         "y.reshape(-1, 1)), or the loss broadcasts the two silently")
+    loss = loss_fn(prediction, y)
     loss.backward()
     optimizer.step()
     return loss
@@ -69,14 +78,24 @@ def fit_regression(x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, lr: 
     The losses are kept in a tensor on the device and copied to the CPU once at the end; with
     ``log_every_step`` the loop instead calls ``loss.item()`` every step, as logging loops
     often do, which makes the CPU wait for the GPU each time.
+
+    ``x`` is ``[n, d]`` and ``y`` is ``[n, 1]``, both floating point, of one dtype (the model
+    is made in it), on one device. Bad input raises a ``ValueError`` or ``TypeError`` that
+    names it before any step runs.
     """
-    if x.device != y.device:
-        raise ValueError(f"x is on {x.device} but y is on {y.device}; move both to one device")
+    _check_data(x, y)
+    for name, value, low in (("steps", steps, 1), ("seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            raise ValueError(f"{name} must be a whole number >= {low}, got {value!r}")
+    if (isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not math.isfinite(lr)
+            or lr <= 0):
+        raise ValueError(f"lr must be a positive learning rate such as {LR}, got {lr!r}")
+    steps, seed = int(steps), int(seed)
     device = x.device
-    model = LinearRegression(n_features=x.shape[1], seed=seed).to(device)
+    model = LinearRegression(n_features=x.shape[1], seed=seed).to(device, x.dtype)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     loss_fn = nn.MSELoss()
-    losses = torch.empty(steps, device=device)
+    losses = torch.empty(steps, device=device, dtype=x.dtype)
     logged: list[float] = []
     steps_range = range(steps)
     if progress:
@@ -99,3 +118,29 @@ def fit_regression(x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, lr: 
     w = tuple(float(v) for v in model.w.detach().cpu().ravel())
     return RegressionRun(str(device), seconds, history, w, float(model.b.detach().cpu()),
                          log_every_step)
+
+
+def _check_data(x: object, y: object) -> None:
+    for name, t in (("x", x), ("y", y)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}; convert "
+                            f"it with torch.as_tensor({name}, dtype=torch.float32)")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} has dtype {t.dtype}; the regression needs floating point: "
+                            f"pass {name}.float()")
+    if x.dim() != 2 or x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(f"x must be an [n, d] matrix with at least one row and column, got "
+                         f"shape {tuple(x.shape)}; a single feature is x.reshape(-1, 1)")
+    if tuple(y.shape) != (x.shape[0], 1):
+        raise ValueError(f"y must have shape [n, 1] = {(x.shape[0], 1)} to match x's "
+                         f"{x.shape[0]} rows, got {tuple(y.shape)}; for a 1-D target use "
+                         "y.reshape(-1, 1) (a [n] target against an [n, 1] prediction "
+                         "broadcasts to [n, n])")
+    if x.dtype != y.dtype:
+        raise TypeError(f"x is {x.dtype} but y is {y.dtype}; convert one to the other, e.g. "
+                        "y.to(x.dtype)")
+    if x.device != y.device:
+        raise ValueError(f"x is on {x.device} but y is on {y.device}; move both to one device")
+    if x.device.type == "meta":
+        raise ValueError("x and y are on the meta device, which holds no data, so there is "
+                         "nothing to fit; move them to a device that computes, such as 'cpu'")
