@@ -12,6 +12,8 @@ The book's benchmark (``bench/cuda_semantics.py``) records the same measurements
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import re
 import subprocess
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from helpers.devices import resolve_device
 from helpers.timing import synchronize
 
 __all__ = ["ASYNC_ERROR_SCRIPT", "AsyncErrorReport", "Overlap", "async_error_report",
@@ -72,7 +75,12 @@ def async_error_report(device: torch.device | str, *, launch_blocking: bool = Fa
     rest of the process. ``launch_blocking`` sets ``CUDA_LAUNCH_BLOCKING=1``, which makes every
     kernel launch wait for the kernel, so the error is raised at the faulty call.
     """
-    device = torch.device(device)
+    if not isinstance(launch_blocking, bool):
+        raise TypeError(f"launch_blocking must be True or False, got {launch_blocking!r}")
+    if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+            or not math.isfinite(timeout) or timeout <= 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    device = resolve_device(device)
     if device.type == "meta":
         raise ValueError("the meta device runs no kernels; pass 'cpu' or a CUDA device")
     faulty = next(i for i, line in enumerate(ASYNC_ERROR_SCRIPT.splitlines(), start=1)
@@ -84,8 +92,12 @@ def async_error_report(device: torch.device | str, *, launch_blocking: bool = Fa
         script = os.path.join(tmp, "faulty_target.py")
         with open(script, "w") as fh:
             fh.write(ASYNC_ERROR_SCRIPT)
-        proc = subprocess.run([sys.executable, script, str(device)], capture_output=True,
-                              text=True, timeout=timeout, env=env)
+        try:
+            proc = subprocess.run([sys.executable, script, str(device)], capture_output=True,
+                                  text=True, timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"the faulty script did not finish on {device} within "
+                               f"timeout={timeout} s; pass a larger timeout") from None
     if proc.returncode == 0:
         raise RuntimeError(f"the faulty script ran to the end on {device}; expected an error. "
                            f"It printed:\n{proc.stdout}")
@@ -99,16 +111,29 @@ def async_error_report(device: torch.device | str, *, launch_blocking: bool = Fa
 
 
 def _cuda(device: torch.device | str) -> torch.device:
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise ValueError(f"CUDA events and streams need a CUDA device, got {device}; "
-                         "run this where torch.cuda.is_available() is True")
-    return device
+    # Checked by type first, so that "cpu" and "meta" get this message, not resolve_device's.
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        kind = None  # resolve_device names what is wrong with the spelling
+    if kind is not None and kind != "cuda":
+        raise ValueError(f"CUDA events and streams need a CUDA device, got {device!r}; "
+                         "pass 'cuda' (or 'cuda:1', ...) where torch.cuda.is_available() is True")
+    return resolve_device(device)  # "cuda" without a GPU, or "cuda:5" on one GPU: clear error
+
+
+def _positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    return int(value)
 
 
 def event_ms(fn: Callable[[], object], device: torch.device | str) -> float:
     """GPU milliseconds of ``fn()``, between two CUDA events on ``device``'s current stream
     (chapter 11). Waits for ``device`` before starting, and for the end event after."""
+    if not callable(fn):
+        raise TypeError(f"event_ms needs a function to call, got {fn!r}; "
+                        "wrap the work in a lambda: event_ms(lambda: a @ a, device)")
     device = _cuda(device)
     stream = torch.cuda.current_stream(device)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -131,6 +156,13 @@ class Overlap:
     serial_ms: float
     overlapped_ms: float
 
+    def __post_init__(self) -> None:
+        for name in ("copy_ms", "compute_ms", "serial_ms", "overlapped_ms"):
+            value = getattr(self, name)
+            if not (isinstance(value, numbers.Real) and math.isfinite(value) and value > 0):
+                raise ValueError(f"Overlap.{name} must be a positive number of milliseconds, "
+                                 f"got {value!r}")
+
     @property
     def saved(self) -> float:
         """Share of the serial time the second stream saved."""
@@ -148,9 +180,9 @@ def copy_compute_overlap(device: torch.device | str, *, mib: int = 256, size: in
     stream waits for earlier work, and the main stream waits for the copy before its result is
     used (``record_stream`` tells the allocator).
     """
+    mib, size, repeats = (_positive_int(name, value) for name, value in
+                          (("mib", mib), ("size", size), ("repeats", repeats)))
     device = _cuda(device)
-    if mib < 1 or size < 1 or repeats < 1:
-        raise ValueError(f"mib, size and repeats must be positive, got {mib}, {size}, {repeats}")
     with torch.cuda.device(device):
         host = torch.randn(mib * 2**18, pin_memory=True)  # float32: 4 bytes each
         m = torch.randn(size, size, device=device)
