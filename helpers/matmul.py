@@ -9,6 +9,8 @@ fp32, TF32, bf16 and (on GPUs whose tensor cores predate bf16, such as Colab's T
 - :func:`num_threads`: run a block with a given number of CPU threads, restoring the old one;
 - :func:`supported_modes`: which of ``fp32``, ``tf32``, ``bf16``, ``fp16`` a device runs natively;
 - :func:`sweep_sizes`: the square sizes that fit comfortably in a device's memory;
+- :func:`minor_page_faults`, :func:`huge_pages_for_large_blocks`, :func:`other_allocator_loaded`:
+  the probes behind the chapter's page-fault count (why a fresh CPU output costs time);
 - :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
   with the host-to-device copy of its inputs included) and its TFLOP/s.
 
@@ -19,14 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import numbers
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 
 from helpers.timing import Timing, _check_sizes, _device, benchmark, matmul_flops, tflops
 
 __all__ = ["MODES", "SWEEP_SIZES", "TENSOR_CORES_SINCE", "TUTORIAL_SHAPE", "fp32_precision",
-           "num_threads", "supported_modes", "sweep_sizes", "time_matmul"]
+           "huge_pages_for_large_blocks", "minor_page_faults", "num_threads",
+           "other_allocator_loaded", "supported_modes", "sweep_sizes", "time_matmul"]
 
 #: The tutorials' product: (m, k) @ (k, n).
 TUTORIAL_SHAPE = (10_000, 200, 10_000)
@@ -182,3 +186,38 @@ def time_matmul(m: int, k: int, n: int, device: torch.device | str, mode: str = 
         timing = benchmark(product, device=device, label=f"{mode} {m}x{k} @ {k}x{n}",
                            warmup=warmup, min_run_time=min_run_time, min_runs=min_runs)
     return timing, tflops(matmul_flops(m, k, n), timing.median)
+
+
+def minor_page_faults(fn: Callable[[], object]) -> int | None:
+    """Minor page faults of this process while ``fn()`` runs, or None where the operating
+    system does not count them here (Windows) (chapter 3)."""
+    if not callable(fn):
+        raise TypeError(f"fn must be a function to run, got {fn!r}; wrap a call in a lambda")
+    try:
+        import resource  # Linux and macOS
+    except ImportError:
+        fn()
+        return None
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def huge_pages_for_large_blocks(
+        enabled_file: str = "/sys/kernel/mm/transparent_hugepage/enabled") -> bool:
+    """True where Linux maps large blocks with 2 MiB pages: transparent huge pages set to
+    ``always``, or to ``madvise`` with PyTorch asked to request them (``THP_MEM_ALLOC_ENABLE``)
+    (chapter 3)."""
+    try:
+        with open(enabled_file) as f:
+            mode = f.read()
+    except OSError:
+        return False
+    asked = os.environ.get("THP_MEM_ALLOC_ENABLE", "").lower() in ("1", "true", "on", "yes")
+    return "[always]" in mode or ("[madvise]" in mode and asked)
+
+
+def other_allocator_loaded() -> bool:
+    """True where this process preloads another memory allocator (tcmalloc, jemalloc, ...
+    through ``LD_PRELOAD``), which may hand freed blocks back without new faults (chapter 3)."""
+    return "malloc" in os.environ.get("LD_PRELOAD", "")
