@@ -13,6 +13,7 @@ import torch
 from bench import core
 from bench import matmul as bench_matmul
 from bench import regression as bench_regression
+from helpers import matmul, regression
 from helpers.models import LinearRegression
 
 
@@ -47,37 +48,37 @@ def test_matmul_quick_on_cpu() -> None:
     assert torch.get_num_threads() == threads, "the thread count must be restored"
     _check_common(figures)
     got = _by_name(figures)
-    assert set(got) == {"cpu_seed_product_seconds", "cpu_seed_product_gflops",
+    assert set(got) == {"cpu_tutorial_product_seconds", "cpu_tutorial_product_gflops",
                         "cpu_gflops_1thread", "cpu_gflops_all_threads"}
-    assert got["cpu_seed_product_seconds"].unit == "s"
-    for name in ("cpu_seed_product_gflops", "cpu_gflops_1thread", "cpu_gflops_all_threads"):
+    assert got["cpu_tutorial_product_seconds"].unit == "s"
+    for name in ("cpu_tutorial_product_gflops", "cpu_gflops_1thread", "cpu_gflops_all_threads"):
         assert got[name].unit == "GFLOP/s"
     for fig in figures:
         assert fig.value > 0, fig
     # seconds and GFLOP/s of the same product agree: 2*m*k*n flops
     flops = 2 * 1000 * 200 * 1000
-    gflops = flops / got["cpu_seed_product_seconds"].value / 1e9
-    assert gflops == pytest.approx(got["cpu_seed_product_gflops"].value, rel=1e-9)
+    gflops = flops / got["cpu_tutorial_product_seconds"].value / 1e9
+    assert gflops == pytest.approx(got["cpu_tutorial_product_gflops"].value, rel=1e-9)
 
 
 def test_fp32_precision_restores_the_setting() -> None:
     before = torch.backends.cuda.matmul.fp32_precision
-    with bench_matmul.fp32_precision("tf32"):
+    with matmul.fp32_precision("tf32"):
         assert torch.backends.cuda.matmul.fp32_precision == "tf32"
     assert torch.backends.cuda.matmul.fp32_precision == before
     with pytest.raises(ValueError):
-        with bench_matmul.fp32_precision("fp16"):
+        with matmul.fp32_precision("fp16"):
             pass
 
 
 def test_time_matmul_with_and_without_copy_on_cpu() -> None:
     for include_copy in (False, True):
-        timing, tf = bench_matmul.time_matmul(64, 32, 16, "cpu", include_copy=include_copy,
+        timing, tf = matmul.time_matmul(64, 32, 16, "cpu", include_copy=include_copy,
                                               warmup=1, min_run_time=0.01)
         assert timing.median > 0 and tf > 0
-    assert bench_matmul.supported_modes("cpu") == ["fp32"]
+    assert matmul.supported_modes("cpu") == ["fp32"]
     with pytest.raises(ValueError):
-        bench_matmul.time_matmul(4, 4, 4, "cpu", mode="fp8")
+        matmul.time_matmul(4, 4, 4, "cpu", mode="fp8")
 
 
 def test_regression_quick_on_cpu() -> None:
@@ -105,26 +106,26 @@ def test_sweep_sizes_keep_a_tenth_of_the_named_gpus_memory(monkeypatch) -> None:
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
-    t4 = bench_matmul.sweep_sizes("cuda:0")
-    h100 = bench_matmul.sweep_sizes(torch.device("cuda:1"))
+    t4 = matmul.sweep_sizes("cuda:0")
+    h100 = matmul.sweep_sizes(torch.device("cuda:1"))
     assert asked == [0, 1]
     assert t4[-1] == 8192 and h100[-1] == 16384  # 3 * 16384**2 * 4 bytes = 3 GiB
-    assert t4 == [s for s in bench_matmul.SWEEP_SIZES if s <= 8192]
+    assert t4 == [s for s in matmul.SWEEP_SIZES if s <= 8192]
     for total, sizes in ((totals[0], t4), (totals[1], h100)):
         assert all(3 * s * s * 4 <= total / 10 for s in sizes)
-    assert bench_matmul.sweep_sizes("cuda:0", [1024, 4096, 8192, 16384]) == [1024, 4096, 8192]
+    assert matmul.sweep_sizes("cuda:0", [1024, 4096, 8192, 16384]) == [1024, 4096, 8192]
 
 
 def test_sweep_sizes_on_a_mac_and_where_memory_is_unknown(monkeypatch) -> None:
     # An 8 GB Mac: Metal recommends about 5.3 GiB for one process, so 16384 (3 GiB) is out.
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 5_726_633_984)
-    assert bench_matmul.sweep_sizes("mps")[-1] == 4096
-    assert bench_matmul.sweep_sizes("cpu")[-1] == bench_matmul.UNKNOWN_MEMORY_LARGEST
+    assert matmul.sweep_sizes("mps")[-1] == 4096
+    assert matmul.sweep_sizes("cpu")[-1] == matmul.UNKNOWN_MEMORY_LARGEST
     with pytest.raises(ValueError, match="positive"):
-        bench_matmul.sweep_sizes("cpu", [0, 64])
+        matmul.sweep_sizes("cpu", [0, 64])
     with pytest.raises(ValueError, match="positive"):
-        bench_matmul.sweep_sizes("cpu", [])
+        matmul.sweep_sizes("cpu", [])
 
 
 def test_train_step_returns_the_loss_before_the_update() -> None:
@@ -135,11 +136,11 @@ def test_train_step_returns_the_loss_before_the_update() -> None:
     loss_fn = torch.nn.MSELoss()
     before = [p.detach().clone() for p in model.parameters()]
     expected = loss_fn(model(x), y).detach()
-    loss = bench_regression.train_step(model, optimizer, loss_fn, x, y)
+    loss = regression.train_step(model, optimizer, loss_fn, x, y)
     torch.testing.assert_close(loss.detach(), expected)
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
     # fit_regression runs the same steps from the same start
-    run = bench_regression.fit_regression(x, y, steps=1, lr=0.1)
+    run = regression.fit_regression(x, y, steps=1, lr=0.1)
     torch.testing.assert_close(run.losses[0], expected)
 
 
@@ -151,18 +152,18 @@ def test_a_training_step_waits_for_the_gpu_only_when_it_reads_the_loss() -> None
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     loss_fn = torch.nn.MSELoss()
     losses = torch.empty(1, device=device)
-    bench_regression.train_step(model, optimizer, loss_fn, x, y)  # creates Adam's state
+    regression.train_step(model, optimizer, loss_fn, x, y)  # creates Adam's state
     with torch.cuda.device(device):
         torch.cuda.set_sync_debug_mode("error")
         try:
-            losses[0] = bench_regression.train_step(model, optimizer, loss_fn, x, y).detach()
+            losses[0] = regression.train_step(model, optimizer, loss_fn, x, y).detach()
         finally:
             torch.cuda.set_sync_debug_mode("default")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                bench_regression.train_step(model, optimizer, loss_fn, x, y).item()
+                regression.train_step(model, optimizer, loss_fn, x, y).item()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
     assert any("synchroniz" in str(w.message).lower() for w in caught)
@@ -171,23 +172,23 @@ def test_a_training_step_waits_for_the_gpu_only_when_it_reads_the_loss() -> None
 def test_fit_regression_refuses_data_split_across_devices() -> None:
     x, y = torch.zeros(4, 2), torch.zeros(4, 1, device="meta")
     with pytest.raises(ValueError, match="one device"):
-        bench_regression.fit_regression(x, y, steps=1)
+        regression.fit_regression(x, y, steps=1)
 
 
 def test_fit_regression_logging_every_step_gives_the_same_losses() -> None:
     x, y = torch.randn(256, 2), torch.randn(256, 1)
-    quiet = bench_regression.fit_regression(x, y, steps=20)
-    logged = bench_regression.fit_regression(x, y, steps=20, log_every_step=True)
+    quiet = regression.fit_regression(x, y, steps=20)
+    logged = regression.fit_regression(x, y, steps=20, log_every_step=True)
     assert quiet.losses.shape == logged.losses.shape == (20,)
     torch.testing.assert_close(quiet.losses, logged.losses)
     assert logged.log_every_step and not quiet.log_every_step
 
 
 def test_time_matmul_with_a_fresh_output_too() -> None:
-    timing, tf = bench_matmul.time_matmul(64, 32, 16, "cpu", preallocate=False, warmup=1,
+    timing, tf = matmul.time_matmul(64, 32, 16, "cpu", preallocate=False, warmup=1,
                                           min_run_time=0.01, min_runs=2)
     assert timing.runs >= 2 and tf > 0
-    assert bench_matmul.supported_modes("meta") == ["fp32"]
+    assert matmul.supported_modes("meta") == ["fp32"]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -195,7 +196,7 @@ def test_supported_modes_ask_about_the_named_gpu() -> None:
     for index in range(torch.cuda.device_count()):
         device = torch.device("cuda", index)
         ampere = torch.cuda.get_device_capability(device) >= (8, 0)
-        modes = bench_matmul.supported_modes(device)
+        modes = matmul.supported_modes(device)
         assert ("tf32" in modes) == ampere, (device, modes)
         assert ("bf16" in modes) == (ampere or bool(torch.version.hip)), (device, modes)
 
@@ -230,6 +231,6 @@ def test_supported_modes_asks_about_the_named_gpu_not_the_current_one(monkeypatc
     monkeypatch.setattr(torch.cuda, "device", make_current)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported",
                         lambda including_emulation=True: caps[current[0]] >= (8, 0))
-    assert bench_matmul.supported_modes("cuda:1") == ["fp32", "tf32", "bf16"]
-    assert bench_matmul.supported_modes("cuda:0") == ["fp32"]
+    assert matmul.supported_modes("cuda:1") == ["fp32", "tf32", "bf16"]
+    assert matmul.supported_modes("cuda:0") == ["fp32"]
     assert current == [0], "the current GPU is restored"

@@ -22,21 +22,21 @@ def test_quick_run_on_cpu() -> None:
     names = [f.name for f in figures]
     assert len(names) == len(set(names)), names
     got = {f.name: f for f in figures}
-    assert set(got) == {"cpu_seed_loader_images_per_s", "cpu_resident_images_per_s",
-                        "cpu_resident_over_seed_loader"}
+    assert set(got) == {"cpu_tutorial_loader_images_per_s", "cpu_resident_images_per_s",
+                        "cpu_resident_over_tutorial_loader"}
     for fig in figures:
         assert isinstance(fig, core.Figure)
         assert fig.device == "cpu"
         assert math.isfinite(fig.value) and fig.value > 0, fig
         assert fig.note.startswith("quick run"), fig
         assert f"{bench_mnist.QUICK_IMAGES:,} training images" in fig.note or fig.unit == "x"
-    ratio = got["cpu_resident_images_per_s"].value / got["cpu_seed_loader_images_per_s"].value
-    assert got["cpu_resident_over_seed_loader"].value == pytest.approx(ratio, rel=1e-12)
-    assert got["cpu_resident_over_seed_loader"].unit == "x"
+    ratio = got["cpu_resident_images_per_s"].value / got["cpu_tutorial_loader_images_per_s"].value
+    assert got["cpu_resident_over_tutorial_loader"].value == pytest.approx(ratio, rel=1e-12)
+    assert got["cpu_resident_over_tutorial_loader"].unit == "x"
 
 
-def test_seed_loader_is_the_seed_style_one() -> None:
-    loader = bench_mnist.seed_loader(300)
+def test_tutorial_loader_is_the_seed_style_one() -> None:
+    loader = bench_mnist.tutorial_loader(300)
     assert loader.batch_size == 128 and loader.num_workers == 0
     assert len(loader.dataset) == 300
     x, y = next(iter(loader))
@@ -81,18 +81,20 @@ def test_mnist_loaders_validate_on_held_out_training_images() -> None:
         mnist_loaders(val_size=60_000)
 
 
-def test_the_benchmark_trains_with_the_books_step(monkeypatch) -> None:
-    # Both paths go through helpers.training.train_step, so they copy batches the way the book's
-    # loop does (non_blocking on CUDA) and differ only in where the batches come from.
+def test_the_benchmark_trains_with_the_books_epoch(monkeypatch) -> None:
+    # Both paths go through helpers.training.train_epoch and its train_step, so they copy batches
+    # the way the book's loop does (non_blocking on CUDA) and differ only in where the batches
+    # come from.
     from helpers import training
 
     calls = []
+    book_step = training.train_step
 
     def counting_step(*args, **kwargs):
         calls.append(len(args[2]))
-        return training.train_step(*args, **kwargs)
+        return book_step(*args, **kwargs)
 
-    monkeypatch.setattr(bench_mnist, "train_step", counting_step)
+    monkeypatch.setattr(training, "train_step", counting_step)
     x, y = torch.rand(300, 1, 28, 28), torch.randint(0, 10, (300,))
     bench_mnist.train_images_per_s(TensorBatches(x, y, batch_size=128), "cpu", warmup_batches=1)
     assert calls == [128, 128, 128, 44]  # one warm-up step, then the epoch's three batches
@@ -103,11 +105,11 @@ def test_the_dataloader_path_never_waits_for_the_gpu() -> None:
     device = torch.device("cuda", torch.cuda.current_device())
     model, optimizer = bench_mnist._model_and_optimizer(device)
     pageable = [(torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,))) for _ in range(3)]
-    bench_mnist._train_epoch(model, optimizer, pageable[:1], device)  # warm-up: optimiser state
+    bench_mnist._epoch(model, optimizer, pageable[:1], device)  # warm-up: optimiser state
     torch.cuda.synchronize(device)
     torch.cuda.set_sync_debug_mode("error")  # a blocking copy or .item() below raises
     try:
-        seen = bench_mnist._train_epoch(model, optimizer, pageable, device)
+        seen = bench_mnist._epoch(model, optimizer, pageable, device)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert seen == 3 * 128

@@ -8,11 +8,13 @@ import warnings
 import pytest
 import torch
 
-from bench import core, recipes
+from bench import core
+from bench import recipes as bench_recipes
+from helpers import recipes
 
 
 def test_importing_the_module_registers_the_workload() -> None:
-    assert core.WORKLOADS["recipes"].fn is recipes.run
+    assert core.WORKLOADS["recipes"].fn is bench_recipes.run
     assert core.WORKLOADS["recipes"].chapter == 12
 
 
@@ -24,7 +26,7 @@ def test_recipes_for_the_cpu_leave_out_cuda_only_ones() -> None:
 
 
 def test_quick_run_on_cpu() -> None:
-    figures = recipes.run(torch.device("cpu"), quick=True)
+    figures = bench_recipes.run(torch.device("cpu"), quick=True)
     names = [f.name for f in figures]
     assert len(names) == len(set(names)), names
     got = {f.name: f for f in figures}

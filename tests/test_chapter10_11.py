@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bench import cuda_semantics
-from bench.cuda_semantics import ASYNC_ERROR_SCRIPT, async_error_report
+from helpers.cuda_semantics import ASYNC_ERROR_SCRIPT, async_error_report
 
 
 def test_the_faulty_call_is_marked_once_and_is_the_cross_entropy() -> None:

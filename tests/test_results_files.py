@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import core, report, schema
+from bench import core, schema
+from helpers import results as report
 from helpers.results import load_results
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from bench import schema
 from tests.conftest import ROOT
 from tests.test_notebooks import output_problems
 
-SCRIPT = ROOT / "scripts" / "gpu_report.py"
+SCRIPT = ROOT / "tools" / "gpu_report.py"
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
 RECORDED = sorted((ROOT / "results" / "pages").glob("*/*.ipynb"))
 COMMIT = "feedc0ffee0123456789"
@@ -72,7 +72,7 @@ def recorded(tmp_path_factory):
         (raw / name).write_bytes(name.encode() * 100)
     wheelhouse = tmp / "wheelhouse"
     # a tiny set: no downloads, the helpers wheel and the data
-    run([sys.executable, str(ROOT / "scripts" / "wheelhouse.py"), "--out", str(wheelhouse),
+    run([sys.executable, str(ROOT / "tools" / "wheelhouse.py"), "--out", str(wheelhouse),
          "--packages", "", "--mnist", str(raw)])
     assert (wheelhouse / "mnist-raw.tar.gz").exists()
     assert (wheelhouse / "requirements.txt").read_text().split() == []
@@ -107,7 +107,7 @@ def recorded(tmp_path_factory):
                            capture_output=True, text=True)
     assert probe.returncode != 0, "helpers must not be importable before the report runs"
     proc = subprocess.run(
-        [str(py), str(book / "scripts" / "gpu_report.py"), "--wheelhouse", str(wheelhouse),
+        [str(py), str(book / "tools" / "gpu_report.py"), "--wheelhouse", str(wheelhouse),
          "--allow-cpu", "--chapters", f"{CHAPTER.stem},98_warns,99_fails", "--quick",
          "--bench-only", "matmul"],
         cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
@@ -345,3 +345,26 @@ def test_a_full_run_needs_the_books_commit(in_process, monkeypatch, tmp_path):
         report.main(["--allow-cpu", "--work", str(tmp_path)])
     monkeypatch.setenv("BOOK_COMMIT", "abc123")
     assert load_script().book_commit() == "abc123"
+
+
+def test_gpu_only_cells_show_a_recorded_runs_output_for_the_same_code(tmp_path) -> None:
+    new = nbformat.v4
+    gpu_cell = "%%gpu_only\nprint(torch.cuda.get_device_name(device))"
+    page = new.new_notebook(cells=[
+        new.new_code_cell("x = 1", outputs=[]),
+        new.new_code_cell(gpu_cell, outputs=[new.new_output(
+            "stream", name="stdout", text="This cell needs a CUDA GPU; this run uses cpu.\n")]),
+        new.new_code_cell("%%gpu_only\nprint('changed since the run')", outputs=[]),
+    ])
+    recorded = new.new_notebook(cells=[
+        new.new_code_cell("x = 2", outputs=[]),
+        new.new_code_cell(gpu_cell, outputs=[new.new_output("stream", name="stdout",
+                                                            text="NVIDIA H100\n")]),
+    ])
+    recorded.metadata["book"] = {"recorded_run": {"machine_label": "NVIDIA H100 x1",
+                                                  "torch": "2.11.0", "date": "2026-11-20T00"}}
+    assert report.splice_gpu_only(page, [(tmp_path / "a.ipynb", recorded)]) == 1
+    texts = ["".join(o["text"]) for o in page.cells[1].outputs]
+    assert texts == ["[recorded on NVIDIA H100 x1, torch 2.11.0, 2026-11-20]\n", "NVIDIA H100\n"]
+    assert page.cells[2].outputs == [] and page.cells[0].outputs == []
+    assert report.splice_gpu_only(page, []) == 0

@@ -13,7 +13,7 @@ from tests.conftest import ROOT
 
 
 def load_wheelhouse():
-    spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "scripts" / "wheelhouse.py")
+    spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "tools" / "wheelhouse.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -375,8 +375,8 @@ def cpu_note(stale: list[dict[str, Any]]) -> str:
                + " was made with an earlier version of this page's code")
     else:
         why = "no run of this page on a GPU is recorded yet"
-    return (f"```{{note}}\nThe outputs on this page come from the book's CPU-only build machine: "
-            f"{why}.\n```")
+    return (f"```{{note}}\nThe outputs on this page come from a CPU-only build: {why}. "
+            "Cells that need a GPU say so in one line.\n```")
 
 
 def _is_committed_table(output) -> bool:
@@ -416,6 +416,37 @@ def splice(executed, recorded):
     return page
 
 
+GPU_ONLY_MAGIC = "%%gpu_only"
+
+
+def splice_gpu_only(page, recorded: list[tuple[Path, Any]]) -> int:
+    """Give each ``%%gpu_only`` cell of a CPU-built ``page`` the outputs a recorded GPU run has
+    for a cell with the same code (newest run first), headed with the run's machine and date.
+    The rest of the page stays the CPU build's. Returns how many cells were filled in."""
+    import nbformat
+
+    runs = sorted(recorded, key=lambda item: item[1].metadata["book"]["recorded_run"].get(
+        "date", ""), reverse=True)
+    filled = 0
+    for cell in page.cells:
+        if cell.cell_type != "code" or not cell.source.lstrip().startswith(GPU_ONLY_MAGIC):
+            continue
+        for _path, nb in runs:
+            match = next((c for c in nb.cells if c.cell_type == "code"
+                          and c.source.strip() == cell.source.strip() and c.get("outputs")), None)
+            if match is None:
+                continue
+            run = nb.metadata["book"]["recorded_run"]
+            head = nbformat.v4.new_output(
+                "stream", name="stdout",
+                text=f"[recorded on {run.get('machine_label', run.get('slug'))}, torch "
+                     f"{run.get('torch')}, {str(run.get('date', ''))[:10]}]\n")
+            cell.outputs = [head, *copy.deepcopy(match.outputs)]
+            filled += 1
+            break
+    return filled
+
+
 def _insert_note(page, source: str, tag: str) -> None:
     import nbformat
 
@@ -445,6 +476,9 @@ def stage(args: argparse.Namespace) -> int:
             _insert_note(page, stamp_text(page.metadata["book"]["recorded_run"]), STAMP_TAG)
             shown.append(f"{executed.stem} ({page.metadata['book']['recorded_run']['slug']})")
         elif page.metadata.get("book", {}).get("best_on", "gpu") != "cpu":
+            filled = splice_gpu_only(page, recorded_pages(args.pages, executed.stem))
+            if filled:
+                shown.append(f"{executed.stem} ({filled} GPU-only cell(s))")
             _insert_note(page, cpu_note(stale), CPU_NOTE_TAG)
         nbformat.write(page, args.out / executed.name)
     print("Recorded GPU pages shown: " + (", ".join(shown) if shown else "none"))
