@@ -54,6 +54,19 @@ def _device(device: torch.device | str) -> torch.device:
     return device
 
 
+def _kind(device: torch.device | str) -> torch.device:
+    """``device`` parsed, for the functions that only predict from it (it need not be here)."""
+    try:
+        parsed = torch.device(device) if not isinstance(device, torch.device) else device
+    except (RuntimeError, TypeError):
+        resolve_device(device)  # raises the clear error for a misspelt device
+        raise
+    if parsed.type == "meta":
+        raise ValueError("the meta device computes nothing, so there is no step to train or "
+                         "time on it; pass 'cpu' or a GPU such as 'cuda'")
+    return parsed
+
+
 def _whole(name: str, value: object, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
         raise ValueError(f"{name} must be a whole number of at least {least}, got {value!r}")
@@ -72,9 +85,13 @@ def bf16_is_fast(device: torch.device) -> bool:
     macOS 14 or later (older systems warn and turn autocast off). Other devices (the CPU
     included) answer True: the measurement says whether bf16 pays off.
     """
-    device = _device(device)
+    device = _kind(device)
     if device.type == "cuda" and not torch.version.hip:
-        return torch.cuda.get_device_capability(device) >= (8, 0)
+        try:
+            return torch.cuda.get_device_capability(device) >= (8, 0)
+        except (RuntimeError, AssertionError, ValueError):
+            resolve_device(device)  # names the devices this machine has
+            raise
     if device.type == "mps":
         return torch.backends.mps.is_macos_or_newer(14, 0)
     return True
@@ -105,7 +122,7 @@ def tf32_advice_ignored() -> Iterator[None]:
 
 def recipes_for(device: torch.device) -> list[str]:
     """The recipes measured on ``device``, ``plain`` first (chapter 12)."""
-    device = _device(device)
+    device = _kind(device)
     names = ["plain"] + (["bf16_autocast"] if bf16_is_fast(device) else []) + ["channels_last"]
     if device.type == "cuda":
         names += ["fp16_autocast_gradscaler", "cudnn_benchmark", "plain_host_copy",
