@@ -59,8 +59,7 @@ def _kind(device: torch.device | str) -> torch.device:
     try:
         parsed = torch.device(device) if not isinstance(device, torch.device) else device
     except (RuntimeError, TypeError):
-        resolve_device(device)  # raises the clear error for a misspelt device
-        raise
+        parsed = resolve_device(device)  # " cpu " resolves; a misspelt device gets its error
     if parsed.type == "meta":
         raise ValueError("the meta device computes nothing, so there is no step to train or "
                          "time on it; pass 'cpu' or a GPU such as 'cuda'")
