@@ -239,7 +239,7 @@ def _show(workload: str, lines: list[str], table: pd.DataFrame | None = None) ->
 # -- Tables and plots of every result file, side by side (appendix) --------------------------
 
 def machine_label(doc: dict[str, Any]) -> str:
-    """How a machine is named on the page: its GPU (``NVIDIA H100 80GB HBM3 x1``) or, without
+    """How a machine is named on the page: its GPU (``NVIDIA H100 80GB HBM3 x1``) or, without (appendix)
     one, its processor and core count."""
     m = doc["machine"]
     if m.get("gpu_count"):
@@ -252,14 +252,14 @@ def machine_label(doc: dict[str, Any]) -> str:
 
 
 def machine_labels(docs: Sequence[dict[str, Any]]) -> list[str]:
-    """:func:`machine_label` of every file, made unique with the slug where two coincide."""
+    """:func:`machine_label` of every file, made unique with the slug where two coincide (appendix)."""
     labels = [machine_label(doc) for doc in docs]
     return [f"{label} <{doc['machine']['slug']}>" if labels.count(label) > 1 else label
             for label, doc in zip(labels, docs, strict=True)]
 
 
 def machines_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One column per result file: the hardware, the versions and when it was measured."""
+    """One column per result file: the hardware, the versions and when it was measured (appendix)."""
     columns = {}
     for label, doc in zip(machine_labels(docs), docs, strict=True):
         m = doc["machine"]
@@ -291,7 +291,7 @@ def machines_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _long(docs: Sequence[dict[str, Any]], workload: str | None = None) -> pd.DataFrame:
-    """One row per figure. ``series`` names the machine, with the device added for a machine
+    """One row per figure. ``series`` names the machine, with the device added for a machine (appendix)
     that reports one of this workload's figures on two devices (so its bars stay apart)."""
     rows = []
     for label, doc in zip(machine_labels(docs), docs, strict=True):
@@ -330,7 +330,7 @@ def _fmt(value: float, spread: float | None) -> str:
 
 
 def figures_table(docs: Sequence[dict[str, Any]], workload: str | None = None) -> pd.DataFrame:
-    """Every figure side by side: one row per (workload, figure, unit), one column per machine,
+    """Every figure side by side: one row per (workload, figure, unit), one column per machine, (appendix)
     cells ``value ± spread``, empty where a machine lacks the figure. A figure measured on
     another device than the one the run was for (the CPU baseline on a GPU machine) says so,
     ``1.5 ± 0.02 (cpu)``; one measured on two devices shows both, joined by ``;``."""
@@ -348,7 +348,7 @@ def figures_table(docs: Sequence[dict[str, Any]], workload: str | None = None) -
 
 
 def missing_figures(docs: Sequence[dict[str, Any]], table: pd.DataFrame) -> list[str]:
-    """Figures of ``docs`` that ``table`` (from :func:`figures_table`) does not show."""
+    """Figures of ``docs`` that ``table`` (from :func:`figures_table`) does not show (appendix)."""
     missing = []
     for row in _long(docs).itertuples():
         key = (row.workload, row.figure, row.unit)
@@ -360,7 +360,7 @@ def missing_figures(docs: Sequence[dict[str, Any]], table: pd.DataFrame) -> list
 
 
 def plot_workload(docs: Sequence[dict[str, Any]], workload: str, *, max_rows: int = 40):
-    """Grouped bars of one workload's figures, one colour per machine, one panel per unit,
+    """Grouped bars of one workload's figures, one colour per machine, one panel per unit, (appendix)
     with the spread as error bars; ``None`` when no file reports ``workload``."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -409,7 +409,7 @@ _MATMUL_RATE = re.compile(r"^(?P<mode>fp32|tf32|bf16|fp16)_tflops_n(?P<size>\d+)
 
 
 def peak_share_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """What share of its device's dense peak each accelerator matmul reached: one row per
+    """What share of its device's dense peak each accelerator matmul reached: one row per (appendix)
     (format, size), one column per GPU machine; empty where the book knows no peak for that
     GPU and format (``helpers.timing.peak_tflops`` returns None)."""
     from helpers import timing  # noqa: PLC0415
@@ -438,14 +438,14 @@ def peak_share_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _time_or_rate(unit: str) -> int:
-    """+1 for a time (smaller is faster), -1 for a rate (larger is faster), 0 otherwise."""
+    """+1 for a time (smaller is faster), -1 for a rate (larger is faster), 0 otherwise (appendix)."""
     if unit in ("s", "ms", "us"):
         return 1
     return -1 if unit.endswith("/s") else 0
 
 
 def speedup_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Each GPU machine's speed-up over its own host CPU: one row per figure the workloads
+    """Each GPU machine's speed-up over its own host CPU: one row per figure the workloads (appendix)
     measure on both (``cpu_<name>`` on the CPU against ``<name>`` or ``gpu_<name>`` on the
     GPU, same unit), one column per GPU machine. A time is divided CPU over GPU, a rate GPU
     over CPU, so above 1 means the GPU is faster."""

@@ -114,4 +114,7 @@ def test_chapter_setup_on_the_cpu_of_a_gpu_machine_does_not_say_no_gpu(monkeypat
     assert all(len(line) <= 100 for line in out.splitlines()), "the banner must fit a page"
     monkeypatch.setattr(helpers.devices, "has_gpu", lambda: False)
     helpers.chapter_setup(chapter=2, device="cpu")
-    assert "No GPU here" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # No paragraph about GPU figures in the banner: each chapter says it at most once, where
+    # a figure is missing.
+    assert out.endswith("Using device: cpu\n") and "GPU figures" not in out

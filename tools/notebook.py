@@ -9,6 +9,10 @@ for tagged cells) and convert it; or edit the notebook directly and normalise it
     python tools/notebook.py normalize chapters/*.ipynb
     python tools/notebook.py trim-errors _executed/chapters/*.ipynb
 
+The percent format is jupytext's (the library reads and writes it); ``trim-errors`` stays
+ours: IPython's ``%xmode Minimal`` would shorten every traceback of the build, so a real failure
+in CI would lose the frames that locate it, while this trims only the cells meant to fail.
+
 Normalising strips outputs and execution counts and sets the metadata every chapter carries:
 the Python 3 kernel, Colab's request for a GPU runtime, and the hardware the chapter declares
 (``book.needs`` / ``book.best_on``), which its setup cell repeats.
@@ -22,10 +26,14 @@ import re
 import sys
 from pathlib import Path
 
+import jupytext
 import nbformat
+from jupytext.config import JupytextConfiguration
+
+# No notebook-metadata header in the drafts: the notebook tool sets the metadata itself.
+_JUPYTEXT = JupytextConfiguration(notebook_metadata_filter="-all", cell_metadata_filter="tags")
 
 HARDWARE = ("cpu", "gpu", "multi-gpu")
-_CELL = re.compile(r"^# %%(?P<md> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
 
 
 def _metadata(chapter: int | str, needs: str, best_on: str) -> dict:
@@ -79,48 +87,16 @@ def trim_errors(nb: nbformat.NotebookNode) -> int:
 
 
 def from_percent(text: str) -> nbformat.NotebookNode:
-    """Cells from percent-format source."""
-    nb = nbformat.v4.new_notebook()
-    kind, tags, lines = None, [], []
-
-    def flush() -> None:
-        if kind is None:
-            return
-        body = "\n".join(lines).strip("\n")
-        if kind == "markdown":
-            body = "\n".join(re.sub(r"^# ?", "", ln) for ln in body.split("\n"))
-            cell = nbformat.v4.new_markdown_cell(body)
-        else:
-            cell = nbformat.v4.new_code_cell(body)
-        if tags:
-            cell.metadata["tags"] = tags
-        nb.cells.append(cell)
-
-    for line in text.splitlines():
-        m = _CELL.match(line)
-        if m:
-            flush()
-            kind = "markdown" if m.group("md") else "code"
-            tags = json.loads(m.group("tags")) if m.group("tags") else []
-            lines = []
-        elif kind is not None:
-            lines.append(line)
-    flush()
-    return nb
+    """Cells from percent-format source (``# %%`` code cells, ``# %% [markdown]`` prose, with
+    ``tags=[...]``), read by jupytext."""
+    nb = jupytext.reads(text, fmt="py:percent")
+    return nbformat.from_dict(json.loads(jupytext.writes(nb, fmt="ipynb")))
 
 
 def to_percent(nb: nbformat.NotebookNode) -> str:
-    """Percent-format source of a notebook (the inverse of :func:`from_percent`)."""
-    out = []
-    for cell in nb.cells:
-        tags = cell.metadata.get("tags", [])
-        tag = f" tags={json.dumps(tags)}" if tags else ""
-        if cell.cell_type == "markdown":
-            body = "\n".join(("# " + ln).rstrip() for ln in cell.source.split("\n"))
-            out.append(f"# %% [markdown]{tag}\n{body}\n")
-        else:
-            out.append(f"# %%{tag}\n{cell.source}\n")
-    return "\n".join(out)
+    """Percent-format source of a notebook (the inverse of :func:`from_percent`), by jupytext,
+    without its header of notebook metadata (the build step sets the metadata)."""
+    return jupytext.writes(nb, fmt="py:percent", config=_JUPYTEXT)
 
 
 def main(argv: list[str] | None = None) -> int:
