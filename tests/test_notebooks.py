@@ -3,7 +3,10 @@ executed outputs that `make book` produced (no warnings, no stray tracebacks).""
 
 from __future__ import annotations
 
+import copy
+import importlib.util
 import re
+import statistics
 from pathlib import Path
 
 import nbformat
@@ -50,42 +53,30 @@ def test_every_toc_entry_exists_and_every_chapter_is_listed():
     assert len(NOTEBOOKS) >= 1
 
 
+def _notebook_tool():
+    spec = importlib.util.spec_from_file_location("book_notebook_tool", ROOT / "tools" / "notebook.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NOTEBOOK_TOOL = _notebook_tool()
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_stored_without_outputs(path):
+def test_stored_as_normalize_writes_it(path):
+    # One check for what `tools/notebook.py normalize` guarantees: no outputs, the standard
+    # metadata (Colab's GPU runtime, the declared hardware) and the setup cell written from
+    # _config.yml's repository address, the address's one definition.
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
-    dirty = [i for i, c in enumerate(nb.cells)
-             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
-    assert not dirty, f"{path.name}: cells {dirty} are stored with outputs; run tools/notebook.py normalize"
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_metadata_asks_colab_for_a_gpu_and_declares_hardware(path):
-    meta = nbformat.read(path, as_version=4).metadata
-    assert meta.kernelspec.name == "python3"
-    assert meta.get("accelerator") == "GPU"
-    assert meta.get("colab", {}).get("gpuType") == "T4"
-    book = meta.get("book", {})
+    book = nb.metadata.get("book", {})
     assert book.get("needs") in HARDWARE and book.get("best_on") in HARDWARE, book
-    assert "chapter" in book
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
-def test_first_code_cell_is_the_setup_cell(path):
-    nb = nbformat.read(path, as_version=4)
+    normal = NOTEBOOK_TOOL.normalize(copy.deepcopy(nb))
+    assert nbformat.writes(normal) == nbformat.writes(nb), (
+        f"{path.name} is not stored as `python tools/notebook.py normalize` writes it: run it")
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), \
         "a chapter opens with its title"
-    setup = code_cells(nb)[0].source
-    assert "import helpers" in setup
-    assert "%pip install" in setup
-    url = repository_url()
-    spec = re.search(r'"git\+(https://[^"]+)"', setup)
-    assert spec, "the setup cell installs helpers from the book's repository"
-    assert spec.group(1) == url, f"setup cell installs from {spec.group(1)}, _config.yml says {url}"
-    book = nb.metadata.book
-    chapter = repr(book["chapter"]) if isinstance(book["chapter"], str) else book["chapter"]
-    call = f'helpers.chapter_setup(chapter={chapter}, needs="{book["needs"]}", best_on="{book["best_on"]}")'
-    assert call.replace("'", '"') in setup.replace("'", '"'), f"setup cell must call {call}"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
@@ -101,11 +92,50 @@ def test_ends_with_exercises(path):
     assert last.cell_type == "markdown" and last.source.lstrip().startswith("## Exercises")
 
 
-def test_every_repository_address_agrees_with_config():
-    url = repository_url()
-    for path in NOTEBOOKS:
-        for found in re.findall(r"https://github\.com/[\w.-]+/[\w.-]+", path.read_text()):
-            assert found == url, f"{path.name} names {found}, _config.yml names {url}"
+# ---- pages written for the reader -----------------------------------------------------------
+
+HIDDEN_TAGS = {"remove-cell", "remove-input", "hide-cell", "hide-input"}
+BRANCH = re.compile(r"^\s*(if|elif)\b.*(device\.type|on_cuda|on_gpu|is_available\(\)|\.type\s*==|"
+                    r"device_count\(\)|has_gpu)")
+NARRATION = re.compile(r"on an? (?:CUDA )?GPU,? this cell|this cell would", re.I)
+
+
+def visible_code(nb) -> list[list[str]]:
+    """The non-blank lines of each code cell a reader of the built page sees."""
+    return [[line for line in c.source.splitlines() if line.strip()] for c in code_cells(nb)
+            if not HIDDEN_TAGS & set(c.metadata.get("tags", []))]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_visible_cells_are_lessons(path):
+    cells = visible_code(nbformat.read(path, as_version=4))
+    sizes = [len(c) for c in cells]
+    assert max(sizes) <= 25, f"visible code cells over 25 lines: {[s for s in sizes if s > 25]}"
+    assert statistics.median(sizes) <= 12, f"median visible cell {statistics.median(sizes)} lines"
+    lines = [line for cell in cells for line in cell]
+    checks = [line for line in lines if line.lstrip().startswith("assert") or BRANCH.match(line)]
+    assert len(checks) <= 0.04 * len(lines), (
+        f"{len(checks)} of {len(lines)} visible lines are asserts or device branches (at most "
+        f"4%): move checks into hidden check cells: {checks[:5]}")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_code_fits_88_columns_and_never_narrates_a_gpu(path):
+    nb = nbformat.read(path, as_version=4)
+    wide = [line for c in code_cells(nb) for line in c.source.splitlines() if len(line) > 88]
+    assert not wide, f"code lines over 88 columns: {wide[:3]}"
+    narrating = [c.source[:80] for c in code_cells(nb) if NARRATION.search(c.source)]
+    assert not narrating, f"cells that print what a GPU would show: {narrating}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_check_cells_say_what_they_check(path):
+    # In Colab tags hide nothing: a check cell opens with a comment that says it checks the page.
+    nb = nbformat.read(path, as_version=4)
+    silent = [c.source[:60] for c in code_cells(nb)[1:]
+              if "remove-cell" in c.metadata.get("tags", []) and "assert" in c.source
+              and not c.source.lstrip().startswith("#")]
+    assert not silent, f"hidden check cells without a first comment line: {silent}"
 
 
 # ---- executed outputs (after `make book`) --------------------------------------------------

@@ -13,9 +13,11 @@ The percent format is jupytext's (the library reads and writes it); ``trim-error
 ours: IPython's ``%xmode Minimal`` would shorten every traceback of the build, so a real failure
 in CI would lose the frames that locate it, while this trims only the cells meant to fail.
 
-Normalising strips outputs and execution counts and sets the metadata every chapter carries:
-the Python 3 kernel, Colab's request for a GPU runtime, and the hardware the chapter declares
-(``book.needs`` / ``book.best_on``), which its setup cell repeats.
+Normalising strips outputs and execution counts, sets the metadata every chapter carries (the
+Python 3 kernel, Colab's request for a GPU runtime, and the hardware the chapter declares,
+``book.needs`` / ``book.best_on``) and writes the setup cell, the first code cell, from
+:data:`SETUP_CELL` with the repository address of ``_config.yml``. The tests check that every
+stored chapter is exactly what ``normalize`` makes of it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,42 @@ from jupytext.config import JupytextConfiguration
 _JUPYTEXT = JupytextConfiguration(notebook_metadata_filter="-all", cell_metadata_filter="tags")
 
 HARDWARE = ("cpu", "gpu", "multi-gpu")
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Every chapter's first code cell. The repository address comes from _config.yml, its one
+#: definition; `normalize` writes the cell, so no chapter carries an address of its own.
+SETUP_CELL = """\
+# Setup: import the book's helpers; where they are missing (Colab), install them first.
+import importlib
+import os
+
+# BOOK_HELPERS_SPEC lets the book's tests install a locally built package instead.
+HELPERS_SPEC = os.environ.get(
+    "BOOK_HELPERS_SPEC", "git+{url}")
+try:
+    import helpers
+except ImportError:
+    %pip install --quiet {{HELPERS_SPEC}}
+    importlib.invalidate_caches()
+    import helpers
+
+device = helpers.chapter_setup(chapter={chapter}, needs="{needs}", best_on="{best_on}")"""
+
+
+def repository_url(root: Path = ROOT) -> str:
+    """The book's repository address, from _config.yml (``repository.url``)."""
+    import yaml
+
+    url = (yaml.safe_load((root / "_config.yml").read_text()) or {}).get("repository", {}).get("url")
+    if not url:
+        raise SystemExit(f"{root / '_config.yml'} names no repository.url")
+    return url
+
+
+def setup_cell(chapter: int | str, needs: str, best_on: str, url: str | None = None) -> str:
+    """The setup cell of a chapter (the first code cell of every notebook)."""
+    return SETUP_CELL.format(url=url or repository_url(), chapter=repr(chapter), needs=needs,
+                             best_on=best_on)
 
 
 def _metadata(chapter: int | str, needs: str, best_on: str) -> dict:
@@ -55,6 +93,10 @@ def normalize(nb: nbformat.NotebookNode, chapter=None, needs=None, best_on=None)
     if chapter is None:
         raise SystemExit("the notebook declares no chapter: pass --chapter")
     nb.metadata = nbformat.from_dict(_metadata(chapter, needs, best_on))
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    if not code:
+        raise SystemExit("the notebook has no code cell: its first code cell is the setup cell")
+    code[0].source = setup_cell(chapter, needs, best_on)
     for i, cell in enumerate(nb.cells):
         cell["id"] = f"c{i:03d}"
         if cell.cell_type == "code":
