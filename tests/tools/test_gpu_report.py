@@ -17,8 +17,8 @@ import nbformat
 import pytest
 
 from bench import schema
+from tests.book.test_notebooks import output_problems
 from tests.conftest import ROOT
-from tests.test_notebooks import output_problems
 
 SCRIPT = ROOT / "tools" / "gpu_report.py"
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"

@@ -3,12 +3,10 @@
 import subprocess
 import sys
 
-import nbformat
 import pytest
 import torch
 
 import helpers
-from tests.conftest import ROOT
 
 
 def test_chapter_setup_reports_hardware_and_returns_a_device(capsys):
@@ -59,25 +57,6 @@ def test_every_public_helper_has_a_docstring_naming_its_chapter():
                 if "chapter" not in doc.lower() and "appendix" not in doc.lower():
                     missing.append(f"{name}.{attr}")
     assert not missing, f"docstrings that name no chapter: {missing}"
-
-
-def test_notebook_tool_round_trip(tmp_path):
-    draft = tmp_path / "draft.py"
-    draft.write_text('# %% [markdown]\n# # Title\n#\n# Text.\n\n# %%\nx = 1\n\n'
-                     '# %% tags=["raises-exception"]\nraise ValueError("on purpose")\n')
-    nb_path = tmp_path / "n.ipynb"
-    subprocess.run([sys.executable, str(ROOT / "tools" / "notebook.py"), "build", str(draft),
-                    str(nb_path), "--chapter", "7", "--needs", "cpu", "--best-on", "multi-gpu"], check=True)
-    nb = nbformat.read(nb_path, as_version=4)
-    assert [c.cell_type for c in nb.cells] == ["markdown", "code", "code"]
-    assert nb.cells[0].source == "# Title\n\nText."
-    assert nb.cells[2].metadata.tags == ["raises-exception"]
-    assert nb.metadata.book == {"chapter": 7, "needs": "cpu", "best_on": "multi-gpu"}
-    assert nb.metadata.accelerator == "GPU" and nb.metadata.colab.gpuType == "T4"
-    back = tmp_path / "back.py"
-    subprocess.run([sys.executable, str(ROOT / "tools" / "notebook.py"), "dump", str(nb_path),
-                    str(back)], check=True)
-    assert 'tags=["raises-exception"]' in back.read_text()
 
 
 @pytest.mark.parametrize("old", ["2.8.0+cu126", "2.5.1", "1.13.1+cpu"])

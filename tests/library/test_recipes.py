@@ -8,14 +8,7 @@ import warnings
 import pytest
 import torch
 
-from bench import core
-from bench import recipes as bench_recipes
 from helpers import recipes
-
-
-def test_importing_the_module_registers_the_workload() -> None:
-    assert core.WORKLOADS["recipes"].fn is bench_recipes.run
-    assert core.WORKLOADS["recipes"].chapter == 12
 
 
 def test_recipes_for_the_cpu_leave_out_cuda_only_ones() -> None:
@@ -23,21 +16,6 @@ def test_recipes_for_the_cpu_leave_out_cuda_only_ones() -> None:
     assert names[0] == "plain"
     assert {"bf16_autocast", "channels_last"} <= set(names)
     assert not {"fp16_autocast_gradscaler", "cudnn_benchmark", "pinned_non_blocking"} & set(names)
-
-
-def test_quick_run_on_cpu() -> None:
-    figures = bench_recipes.run(torch.device("cpu"), quick=True)
-    names = [f.name for f in figures]
-    assert len(names) == len(set(names)), names
-    got = {f.name: f for f in figures}
-    for recipe in recipes.recipes_for(torch.device("cpu")):
-        assert got[f"{recipe}_step_ms"].unit == "ms"
-        assert got[f"{recipe}_speedup"].unit == "x"
-    assert got["plain_speedup"].value == pytest.approx(1.0)
-    for fig in figures:
-        assert isinstance(fig, core.Figure) and fig.device == "cpu"
-        assert math.isfinite(fig.value) and fig.value > 0, fig
-        assert fig.note.startswith("quick run"), fig
 
 
 @pytest.mark.parametrize("recipe", ["plain", "bf16_autocast", "channels_last"])
@@ -57,16 +35,6 @@ def test_cudnn_flag_is_restored() -> None:
     before = torch.backends.cudnn.benchmark
     recipes.make_step("plain", torch.device("cpu"), batch_size=4)()
     assert torch.backends.cudnn.benchmark == before
-
-
-def test_cuda_semantics_workload_on_cpu_measures_only_the_launch() -> None:
-    from bench import cuda_semantics
-
-    assert core.WORKLOADS["cuda_semantics"].fn is cuda_semantics.run
-    assert core.WORKLOADS["cuda_semantics"].chapter == 11
-    figures = cuda_semantics.run(torch.device("cpu"), quick=True)
-    assert [f.name for f in figures] == ["launch_ms", "matmul_done_ms"]
-    assert all(f.device == "cpu" and f.value > 0 and f.note.startswith("quick run") for f in figures)
 
 
 def test_recipe_steps_share_one_class_and_only_compile_compiles() -> None:

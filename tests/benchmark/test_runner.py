@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -16,8 +15,7 @@ import pytest
 from bench import __main__ as runner
 from bench import core, schema
 from bench.core import Figure
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT  # noqa: E402
 
 
 @pytest.fixture
@@ -66,6 +64,24 @@ def only_file(folder: Path) -> Path:
     files = sorted(folder.glob("*"))
     assert len(files) == 1, f"expected one file in {folder}, found {[f.name for f in files]}"
     return files[0]
+
+
+def _fake_torch_devices(monkeypatch, kind: str, count: int) -> None:
+    """Make this CPU-only torch report ``count`` devices of ``kind`` to ``core.machine_info``."""
+    import torch
+
+    props = types.SimpleNamespace(name=f"Fake {kind} device", total_memory=2**34,
+                                  multi_processor_count=8)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: kind in ("cuda", "rocm"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0))
+    monkeypatch.setattr(torch.version, "hip", "6.4.1" if kind == "rocm" else None)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: kind == "xpu")
+    monkeypatch.setattr(torch.xpu, "device_count", lambda: count)
+    monkeypatch.setattr(torch.xpu, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: kind == "mps")
+    monkeypatch.setattr(core, "_driver_version", lambda: "580.65" if kind == "cuda" else None)
 
 
 def test_full_run_writes_one_valid_file_named_after_the_machine(bench, capsys):
@@ -236,134 +252,6 @@ def test_write_atomically_keeps_the_old_file_when_the_write_fails(tmp_path, monk
         runner.write_atomically({"a": float("nan")}, path)
 
 
-# The schema ---------------------------------------------------------------------------
-
-def good_doc() -> dict:
-    return {
-        "schema_version": 2, "date": "2026-01-02T03:04:05+00:00",
-        "command": "python -m bench", "quick": False, "duration_s": 12.5,
-        "machine": {"slug": "gpu-nvidia-h100-80gb-hbm3-x1", "device_name": "NVIDIA H100 80GB HBM3",
-                    "gpu_count": 1, "gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3"}],
-                    "accelerator": "cuda", "cpu": "Some CPU", "cpu_count": 16,
-                    "driver": "550.54.15", "cuda": "12.8", "torch": "2.14.1",
-                    "python": "3.11.9", "platform": "Linux", "book_commit": "0123abcd",
-                    "flags": {"cuda_matmul_allow_tf32": False}},
-        "figures": [{"workload": "matmul", "chapter": 3, "name": "fp32 4096", "value": 51.0,
-                     "unit": "TFLOP/s", "device": "cuda:0", "spread": 0.3, "note": ""}],
-    }
-
-
-def test_a_good_document_passes():
-    assert schema.validate(good_doc()) == []
-    schema.check(good_doc())
-    assert schema.SCHEMA_VERSION == __import__("helpers.results").results.SCHEMA_VERSION
-
-
-def _set(doc, path, value):
-    *parents, last = path
-    target = doc
-    for key in parents:
-        target = target[key]
-    if value is KeyError:
-        del target[last]
-    else:
-        target[last] = value
-
-
-@pytest.mark.parametrize("path, value, message", [
-    (("schema_version",), 3, "schema_version"),
-    (("schema_version",), True, "schema_version"),
-    (("machine", "book_commit"), KeyError, "lacks 'book_commit'"),
-    (("machine", "accelerator"), None, "accelerator must be null exactly"),
-    (("machine", "accelerator"), "tpu", "accelerator must be one of"),
-    (("machine", "flags"), [], "flags"),
-    (("date",), "yesterday", "ISO-8601"),
-    (("date",), "2026-01-02T03:04:05", "UTC"),
-    (("command",), "", "command"),
-    (("quick",), "no", "quick"),
-    (("figures",), [], "non-empty"),
-    (("machine", "driver"), None, "driver"),
-    (("machine", "cuda"), None, "CUDA"),
-    (("machine", "gpu_count"), 2, "gpus"),
-    (("machine", "slug"), "Not A Slug", "slug"),
-    (("machine", "torch"), KeyError, "lacks 'torch'"),
-    (("figures", 0, "value"), float("inf"), "finite"),
-    (("figures", 0, "value"), True, "finite"),
-    (("figures", 0, "value"), "51", "finite"),
-    (("figures", 0, "spread"), -1.0, "spread"),
-    (("figures", 0, "unit"), "", "unit"),
-    (("figures", 0, "device"), "NVIDIA H100", "device"),
-    (("figures", 0, "chapter"), None, "chapter"),
-    (("figures", 0, "note"), KeyError, "lacks 'note'"),
-])
-def test_schema_rejects_bad_documents(path, value, message):
-    doc = copy.deepcopy(good_doc())
-    _set(doc, path, value)
-    problems = schema.validate(doc)
-    assert any(message in p for p in problems), problems
-    with pytest.raises(schema.SchemaError, match=message):
-        schema.check(doc)
-
-
-def test_schema_rejects_a_figure_reported_twice_and_a_misnamed_file(tmp_path):
-    doc = good_doc()
-    doc["figures"].append(dict(doc["figures"][0]))
-    assert any("twice" in p for p in schema.validate(doc))
-    path = tmp_path / "other-name.json"
-    path.write_text(json.dumps(good_doc()))
-    assert any("named 'other-name.json'" in p for p in schema.validate_file(path))
-    path.write_text("{not json")
-    assert "cannot be read as JSON" in schema.validate_file(path)[0]
-    assert schema.validate([]) and schema.validate({"figures": []})
-
-
-def test_a_cpu_only_machine_needs_no_driver():
-    doc = good_doc()
-    doc["machine"].update(slug="cpu-some-cpu-16c", device_name="Some CPU", gpu_count=0, gpus=[],
-                          driver=None, cuda=None, accelerator=None)
-    doc["figures"][0]["device"] = "cpu"
-    assert schema.validate(doc) == []
-
-
-@pytest.mark.parametrize("kind, extra", [("rocm", {"hip": "6.4.1"}), ("mps", {}), ("xpu", {})])
-def test_rocm_mps_and_xpu_machines_need_no_nvidia_driver(kind, extra):
-    doc = good_doc()
-    doc["machine"].update(accelerator=kind, driver=None, cuda=None, **extra)
-    doc["figures"][0]["device"] = "cuda:0" if kind == "rocm" else f"{kind}:0"
-    assert schema.validate(doc) == []
-    if kind == "rocm":
-        del doc["machine"]["hip"]
-        assert any("HIP" in p for p in schema.validate(doc))
-
-
-def test_version_1_files_stay_valid():
-    doc = good_doc()
-    doc["schema_version"] = 1
-    for key in ("accelerator", "book_commit", "flags"):
-        del doc["machine"][key]
-    assert schema.validate(doc) == []
-    doc["machine"].update(driver=None, cuda=None, hip="6.2")  # a ROCm run in version 1
-    assert schema.validate(doc) == []
-
-
-def _fake_torch_devices(monkeypatch, kind: str, count: int) -> None:
-    """Make this CPU-only torch report ``count`` devices of ``kind`` to ``core.machine_info``."""
-    import torch
-
-    props = types.SimpleNamespace(name=f"Fake {kind} device", total_memory=2**34,
-                                  multi_processor_count=8)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: kind in ("cuda", "rocm"))
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda i: (9, 0))
-    monkeypatch.setattr(torch.version, "hip", "6.4.1" if kind == "rocm" else None)
-    monkeypatch.setattr(torch.xpu, "is_available", lambda: kind == "xpu")
-    monkeypatch.setattr(torch.xpu, "device_count", lambda: count)
-    monkeypatch.setattr(torch.xpu, "get_device_properties", lambda i: props)
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: kind == "mps")
-    monkeypatch.setattr(core, "_driver_version", lambda: "580.65" if kind == "cuda" else None)
-
-
 @pytest.mark.parametrize("kind, count", [("cuda", 2), ("rocm", 1), ("xpu", 2), ("mps", 1)])
 def test_the_machine_record_counts_every_kind_of_accelerator(monkeypatch, kind, count):
     _fake_torch_devices(monkeypatch, kind, count)
@@ -395,8 +283,6 @@ def test_the_machine_record_names_the_commit_and_the_flags(monkeypatch):
     monkeypatch.setattr(core, "book_root", lambda: None)
     assert core.book_commit() == "unknown"
 
-
-# Where the runner writes, and what it refuses --------------------------------------------
 
 def test_meta_is_refused_with_a_message(bench, capsys):
     assert run("--device", "meta") == 2
@@ -444,8 +330,6 @@ def test_scratch_runs_from_a_checkout_stay_inside_it(bench):
     assert bench.scratch.is_dir()
     assert bench.scratch.resolve().is_relative_to(core.book_root().resolve())
 
-
-# The real command, with the book's own workload modules ---------------------------------
 
 def test_the_command_lists_the_books_workloads():
     """Every workload module in bench/ imports, and the command lists what it found."""

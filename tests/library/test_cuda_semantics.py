@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 
-from bench import cuda_semantics
 from helpers.cuda_semantics import ASYNC_ERROR_SCRIPT, async_error_report
 
 
@@ -30,11 +25,6 @@ def test_the_meta_device_is_refused_with_a_clear_message() -> None:
         async_error_report("meta")
 
 
-def test_cpu_workload_figures_do_not_include_the_cuda_only_ones() -> None:
-    names = [f.name for f in cuda_semantics.run(torch.device("cpu"), quick=True)]
-    assert names == ["launch_ms", "matmul_done_ms"], "the two figures every device measures"
-
-
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_device_side_assert_surfaces_late_unless_launches_block() -> None:
     late = async_error_report("cuda")
@@ -42,19 +32,3 @@ def test_on_a_gpu_the_device_side_assert_surfaces_late_unless_launches_block() -
     assert "device-side assert" in late.error and "device-side assert" in blocking.error
     assert late.lines_late > 0 and "the faulty call returned" in late.printed
     assert blocking.lines_late == 0
-
-
-def test_an_accelerate_state_cannot_change_within_a_process() -> None:
-    """Why chapter 10 runs the CPU, mixed-precision and two-process cases as scripts."""
-    pytest.importorskip("accelerate")
-    code = textwrap.dedent("""
-        from accelerate import Accelerator
-        Accelerator()
-        try:
-            Accelerator(mixed_precision="bf16")
-        except ValueError as exc:
-            print("refused:", exc)
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert "refused: AcceleratorState has already been initialized and cannot be changed" in out.stdout

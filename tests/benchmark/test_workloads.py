@@ -1,0 +1,119 @@
+"""The benchmark's workloads (bench/<workload>.py): registered, and quick runs on the CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from bench import core, cuda_semantics
+from bench import matmul as bench_matmul
+from bench import recipes as bench_recipes
+from bench import regression as bench_regression
+from helpers import recipes
+
+
+def _by_name(figures: list[core.Figure]) -> dict[str, core.Figure]:
+    names = [f.name for f in figures]
+    assert len(names) == len(set(names)), f"figure names repeat: {names}"
+    return {f.name: f for f in figures}
+
+
+def _check_common(figures: list[core.Figure]) -> None:
+    assert figures, "a workload must return figures"
+    for fig in figures:
+        assert isinstance(fig, core.Figure)
+        assert fig.name == fig.name.lower() and " " not in fig.name, fig.name
+        assert fig.unit.strip(), f"{fig.name} has no unit"
+        assert math.isfinite(fig.value), f"{fig.name} = {fig.value}"
+        assert fig.spread is None or (math.isfinite(fig.spread) and fig.spread >= 0), fig
+        assert fig.device == "cpu", fig
+        assert fig.note.startswith("quick run"), f"{fig.name}: quick figures must say so"
+
+
+def test_importing_the_modules_registers_both_workloads() -> None:
+    assert core.WORKLOADS["matmul"].fn is bench_matmul.run
+    assert core.WORKLOADS["matmul"].chapter == 3
+    assert core.WORKLOADS["regression"].fn is bench_regression.run
+    assert core.WORKLOADS["regression"].chapter == 4
+
+
+def test_matmul_quick_on_cpu() -> None:
+    threads = torch.get_num_threads()
+    figures = bench_matmul.run(torch.device("cpu"), quick=True)
+    assert torch.get_num_threads() == threads, "the thread count must be restored"
+    _check_common(figures)
+    got = _by_name(figures)
+    assert set(got) == {"cpu_tutorial_product_seconds", "cpu_tutorial_product_gflops",
+                        "cpu_gflops_1thread", "cpu_gflops_all_threads"}
+    assert got["cpu_tutorial_product_seconds"].unit == "s"
+    for name in ("cpu_tutorial_product_gflops", "cpu_gflops_1thread", "cpu_gflops_all_threads"):
+        assert got[name].unit == "GFLOP/s"
+    for fig in figures:
+        assert fig.value > 0, fig
+    # seconds and GFLOP/s of the same product agree: 2*m*k*n flops
+    flops = 2 * 1000 * 200 * 1000
+    gflops = flops / got["cpu_tutorial_product_seconds"].value / 1e9
+    assert gflops == pytest.approx(got["cpu_tutorial_product_gflops"].value, rel=1e-9)
+
+
+def test_regression_quick_on_cpu() -> None:
+    figures = bench_regression.run(torch.device("cpu"), quick=True)
+    _check_common(figures)
+    got = _by_name(figures)
+    assert set(got) == {"cpu_seconds", "cpu_final_loss", "cpu_w0", "cpu_w1", "cpu_b"}
+    assert got["cpu_seconds"].unit == "s" and got["cpu_seconds"].value > 0
+    # 20,000 rows: standard errors about 0.0025 (w) and 0.014 (b); these bounds are generous
+    assert got["cpu_w0"].value == pytest.approx(2.0, abs=0.05)
+    assert got["cpu_w1"].value == pytest.approx(-3.0, abs=0.05)
+    assert got["cpu_b"].value == pytest.approx(10.0, abs=0.1)
+    assert got["cpu_final_loss"].value == pytest.approx(4.0, abs=0.3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("workload", [bench_matmul.run, bench_regression.run])
+def test_quick_workloads_on_the_last_gpu(workload) -> None:
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    figures = _by_name(workload(device, quick=True))
+    gpu = [f for f in figures.values() if f.device != "cpu"]
+    assert gpu and all(f.device == str(device) for f in gpu)
+    assert all(math.isfinite(f.value) for f in figures.values())
+
+
+
+
+def test_importing_the_module_registers_the_workload() -> None:
+    assert core.WORKLOADS["recipes"].fn is bench_recipes.run
+    assert core.WORKLOADS["recipes"].chapter == 12
+
+
+def test_quick_run_on_cpu() -> None:
+    figures = bench_recipes.run(torch.device("cpu"), quick=True)
+    names = [f.name for f in figures]
+    assert len(names) == len(set(names)), names
+    got = {f.name: f for f in figures}
+    for recipe in recipes.recipes_for(torch.device("cpu")):
+        assert got[f"{recipe}_step_ms"].unit == "ms"
+        assert got[f"{recipe}_speedup"].unit == "x"
+    assert got["plain_speedup"].value == pytest.approx(1.0)
+    for fig in figures:
+        assert isinstance(fig, core.Figure) and fig.device == "cpu"
+        assert math.isfinite(fig.value) and fig.value > 0, fig
+        assert fig.note.startswith("quick run"), fig
+
+
+def test_cuda_semantics_workload_on_cpu_measures_only_the_launch() -> None:
+    assert core.WORKLOADS["cuda_semantics"].fn is cuda_semantics.run
+    assert core.WORKLOADS["cuda_semantics"].chapter == 11
+    figures = cuda_semantics.run(torch.device("cpu"), quick=True)
+    assert [f.name for f in figures] == ["launch_ms", "matmul_done_ms"]
+    assert all(f.device == "cpu" and f.value > 0 and f.note.startswith("quick run") for f in figures)
+
+
+
+
+def test_cpu_workload_figures_do_not_include_the_cuda_only_ones() -> None:
+    names = [f.name for f in cuda_semantics.run(torch.device("cpu"), quick=True)]
+    assert names == ["launch_ms", "matmul_done_ms"], "the two figures every device measures"
+

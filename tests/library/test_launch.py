@@ -1,0 +1,106 @@
+"""The DDP training script of chapter 7, run for real: two gloo processes on the CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import ddp_mnist
+
+# VAL is odd on purpose: two ranks cannot split it evenly, and every image must still be
+# counted exactly once.
+TRAIN, VAL, EPOCHS, BATCH = 512, 201, 2, 16
+
+
+# Each rank writes its pid and prints before anything slow happens; rank 1 never imports
+# torch at all, so the test depends only on torchrun starting its workers, not on how fast
+# a loaded machine imports torch.
+_HANG = """
+import os, sys, time
+from pathlib import Path
+
+Path(sys.argv[1], f"pid{os.environ['RANK']}").write_text(str(os.getpid()))
+print(f"rank {os.environ['RANK']} started", flush=True)
+if os.environ["RANK"] == "1":
+    time.sleep(3600)  # a rank that never joins
+import torch.distributed as dist
+dist.init_process_group("gloo")  # rank 0 waits here for rank 1
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its exit status is left
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_launch_stops_a_hanging_run_and_names_the_causes(tmp_path: Path, capsys):
+    script = tmp_path / "hang.py"
+    script.write_text(_HANG)
+    # Generous: torchrun itself imports torch before it starts the workers, which takes
+    # tens of seconds on a loaded machine. The run hangs whatever the limit.
+    with pytest.raises(ddp_mnist.DDPLaunchError) as caught:
+        ddp_mnist.launch(2, [script, tmp_path], timeout=120, grace=10)
+    message = str(caught.value)
+    assert "time limit of 120 s" in message
+    for cause in ("rank crashed", "world size does not match", "NCCL_DEBUG=INFO",
+                  "MASTER_PORT"):
+        assert cause in message, cause
+    # The output was streamed as it came, and every worker is gone.
+    assert "rank 1 started" in capsys.readouterr().out
+    pid_files = [tmp_path / f"pid{r}" for r in range(2)]
+    assert all(f.exists() for f in pid_files), "torchrun started both workers"
+    pids = [int(f.read_text()) for f in pid_files]
+    assert not [pid for pid in pids if _alive(pid)], "a worker outlived the time limit"
+
+
+def test_launch_gives_torchrun_a_log_folder_it_removes(tmp_path: Path, monkeypatch):
+    # Without --log-dir torchrun makes a torchelastic_* folder in /tmp for every run and
+    # leaves it there. The worker prints where torchrun keeps its files.
+    script = tmp_path / "where.py"
+    script.write_text("import os\nprint('error file:', os.environ['TORCHELASTIC_ERROR_FILE'])\n")
+    commands: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def spy(command, *args, **kwargs):
+        commands.append(list(command))
+        return real_popen(command, *args, **kwargs)
+
+    monkeypatch.setattr(ddp_mnist.subprocess, "Popen", spy)
+    output = ddp_mnist.launch(1, [script], timeout=300, echo=False)
+    (command,) = commands
+    assert command.index("--log-dir") < command.index(str(script)), "a torchrun option"
+    log_dir = command[command.index("--log-dir") + 1]
+    error_file = output.split("error file:", 1)[1].split()[0]
+    assert error_file.startswith(log_dir + os.sep), "torchrun used the folder it was given"
+    assert not Path(log_dir).exists(), "and the folder is gone once the run has ended"
+
+
+def test_torchrun_command():
+    assert ddp_mnist.torchrun_command(2, ["-m", "x"])[1:] == [
+        "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "x"]
+    assert ddp_mnist.torchrun_command(1, ["a.py"], log_dir="/l")[-3:] == ["--log-dir", "/l",
+                                                                          "a.py"]
+
+
+def test_launch_reports_a_crashed_rank(tmp_path: Path):
+    script = tmp_path / "crash.py"
+    script.write_text("raise SystemExit('rank failed on purpose')\n")
+    with pytest.raises(ddp_mnist.DDPLaunchError, match="failed with exit code") as caught:
+        ddp_mnist.launch(1, [script], timeout=300, echo=False)
+    assert "a rank crashed" in str(caught.value)
+    assert f"--nproc-per-node 1 {script}" in str(caught.value)
+
+
+def test_launch_checks_its_arguments():
+    with pytest.raises(ValueError, match="nproc"):
+        ddp_mnist.launch(0, ["x.py"])
+    with pytest.raises(ValueError, match="timeout"):
+        ddp_mnist.launch(1, ["x.py"], timeout=0)

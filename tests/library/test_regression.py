@@ -1,0 +1,67 @@
+"""The ``matmul`` and ``regression`` benchmark workloads (chapters 3 and 4), quick runs on the CPU."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from helpers import regression
+from helpers.models import LinearRegression
+
+
+def test_train_step_returns_the_loss_before_the_update() -> None:
+    torch.manual_seed(0)
+    x, y = torch.randn(64, 2), torch.randn(64, 1)
+    model = LinearRegression()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.MSELoss()
+    before = [p.detach().clone() for p in model.parameters()]
+    expected = loss_fn(model(x), y).detach()
+    loss = regression.train_step(model, optimizer, loss_fn, x, y)
+    torch.testing.assert_close(loss.detach(), expected)
+    assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    # fit_regression runs the same steps from the same start
+    run = regression.fit_regression(x, y, steps=1, lr=0.1)
+    torch.testing.assert_close(run.losses[0], expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_training_step_waits_for_the_gpu_only_when_it_reads_the_loss() -> None:
+    device = torch.device("cuda", torch.cuda.device_count() - 1)
+    x, y = torch.randn(4096, 2, device=device), torch.randn(4096, 1, device=device)
+    model = LinearRegression().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.MSELoss()
+    losses = torch.empty(1, device=device)
+    regression.train_step(model, optimizer, loss_fn, x, y)  # creates Adam's state
+    with torch.cuda.device(device):
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            losses[0] = regression.train_step(model, optimizer, loss_fn, x, y).detach()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                regression.train_step(model, optimizer, loss_fn, x, y).item()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    assert any("synchroniz" in str(w.message).lower() for w in caught)
+
+
+def test_fit_regression_refuses_data_split_across_devices() -> None:
+    x, y = torch.zeros(4, 2), torch.zeros(4, 1, device="meta")
+    with pytest.raises(ValueError, match="one device"):
+        regression.fit_regression(x, y, steps=1)
+
+
+def test_fit_regression_logging_every_step_gives_the_same_losses() -> None:
+    x, y = torch.randn(256, 2), torch.randn(256, 1)
+    quiet = regression.fit_regression(x, y, steps=20)
+    logged = regression.fit_regression(x, y, steps=20, log_every_step=True)
+    assert quiet.losses.shape == logged.losses.shape == (20,)
+    torch.testing.assert_close(quiet.losses, logged.losses)
+    assert logged.log_every_step and not quiet.log_every_step
