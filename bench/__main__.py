@@ -118,29 +118,70 @@ def _figures(workload: core.Workload, produced: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def run_workloads(workloads: Sequence[core.Workload], device: torch.device, *, quick: bool,
-                  progress: bool = True) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Run each workload once on ``device``; return (figures, per-workload records).
+def _part_key(machine: dict[str, Any], device: torch.device, quick: bool) -> dict[str, Any]:
+    """What a saved part must share with this run to be reused: the same machine, device,
+    torch, book commit and sizes."""
+    return {"slug": machine["slug"], "device": str(device), "torch": machine["torch"],
+            "book_commit": machine["book_commit"], "quick": bool(quick)}
 
-    The first failure raises; nothing is written by this function.
+
+def _load_part(parts: Path, name: str, key: dict[str, Any]) -> dict[str, Any] | None:
+    path = parts / f"{name}.json"
+    try:
+        part = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return part if part.get("key") == key else None
+
+
+def run_workloads(workloads: Sequence[core.Workload], device: torch.device, *, quick: bool,
+                  progress: bool = True, parts: Path | None = None,
+                  key: dict[str, Any] | None = None, keep_going: bool = False,
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """Run each workload once on ``device``; return (figures, per-workload records, the names
+    of the workloads that failed).
+
+    Without ``parts`` the first failure raises and nothing is written. With ``parts`` (a
+    folder) each workload's figures are saved there as soon as it finishes, and a workload
+    whose saved part matches ``key`` (:func:`_part_key`) is taken from it instead of run
+    again: a run cut short keeps what it measured, and the next one completes the rest. With
+    ``keep_going`` a failing workload is reported and the others still run.
     """
     from tqdm.auto import tqdm
 
-    figures, records = [], []
+    figures, records, failed = [], [], []
     bar = tqdm(workloads, desc="benchmark", unit="workload", disable=not progress)
     for w in bar:
         bar.set_postfix_str(w.name)
+        saved = _load_part(parts, w.name, key) if parts is not None else None
+        if saved is not None:
+            figures += saved["figures"]
+            records.append(saved["record"])
+            bar.write(f"  {w.name} (chapter {w.chapter}): {len(saved['figures'])} figures "
+                      f"measured earlier, taken from {parts / (w.name + '.json')}")
+            continue
         torch.manual_seed(0)
         start = time.perf_counter()
-        produced = w.fn(device, quick=quick)
-        rows = _figures(w, produced)
+        try:
+            rows = _figures(w, w.fn(device, quick=quick))
+        except Exception as exc:
+            if not keep_going:
+                raise
+            traceback.print_exc()
+            bar.write(f"  {w.name} (chapter {w.chapter}): FAILED ({type(exc).__name__}: {exc})")
+            failed.append(w.name)
+            continue
         seconds = time.perf_counter() - start
+        record = {"name": w.name, "chapter": w.chapter, "description": w.description,
+                  "figures": len(rows), "duration_s": round(seconds, 3)}
         figures += rows
-        records.append({"name": w.name, "chapter": w.chapter, "description": w.description,
-                        "figures": len(rows), "duration_s": round(seconds, 3)})
+        records.append(record)
+        if parts is not None:
+            write_atomically({"key": key, "record": record, "figures": rows},
+                             parts / f"{w.name}.json")
         bar.write(f"  {w.name} (chapter {w.chapter}): {len(rows)} figures in {seconds:.1f} s")
     bar.close()
-    return figures, records
+    return figures, records, failed
 
 
 def write_atomically(doc: dict[str, Any], path: Path) -> None:
@@ -200,6 +241,13 @@ def parser() -> argparse.ArgumentParser:
                                             "for a full run, the checkout's _build/bench/ "
                                             "otherwise)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--parts", type=Path,
+                   help="save each workload's figures in this folder as it finishes, and reuse "
+                        "the ones saved there by an earlier run of this machine, torch and "
+                        "commit: a run cut short keeps what it measured")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="with --parts: when some workloads fail, still write the result file "
+                        "with the others, listing the missing ones in it")
     return p
 
 
@@ -284,11 +332,18 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"[{machine['device_name']}], torch {machine['torch']}; result file: {path}")
     started = datetime.now(timezone.utc)
     t0 = time.perf_counter()
+    if args.allow_partial and args.parts is None:
+        print("error: --allow-partial needs --parts (the folder that keeps each workload's "
+              "figures)", file=sys.stderr)
+        return EXIT_USAGE
+    key = _part_key(machine, device, args.quick)
     try:
-        figures, records = run_workloads(workloads, device, quick=args.quick,
-                                         progress=not args.no_progress)
+        figures, records, failed = run_workloads(
+            workloads, device, quick=args.quick, progress=not args.no_progress,
+            parts=args.parts, key=key, keep_going=args.parts is not None)
     except KeyboardInterrupt:
-        print(f"\nInterrupted: {path} was left unchanged.", file=sys.stderr)
+        kept = f"; the workloads that finished are kept in {args.parts}" if args.parts else ""
+        print(f"\nInterrupted: {path} was left unchanged{kept}.", file=sys.stderr)
         return EXIT_FAILED
     except Exception as exc:
         traceback.print_exc()
@@ -296,6 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
               "unchanged.", file=sys.stderr)
         return EXIT_FAILED
 
+    if failed and not (args.allow_partial and records):
+        print(f"error: workload(s) {', '.join(failed)} failed, so {path} was left unchanged; "
+              f"the others are kept in {args.parts} and the next run with --parts measures "
+              "only what is missing (--allow-partial writes what there is).", file=sys.stderr)
+        return EXIT_FAILED
     doc = {
         "schema_version": schema.SCHEMA_VERSION,
         "date": started.isoformat(timespec="seconds"),
@@ -307,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workloads": records,
         "figures": figures,
     }
+    if failed:
+        doc["missing_workloads"] = failed
     problems = schema.validate(doc)
     if problems:
         print("error: the measured figures do not match the result-file schema, so "
@@ -315,8 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     existed = path.exists()
     write_atomically(doc, path)
     print(f"{'Replaced' if existed else 'Wrote'} {path}: {len(figures)} figures from "
-          f"{len(records)} workload(s) in {doc['duration_s']:.0f} s.")
-    return EXIT_OK
+          f"{len(records)} workload(s) in {doc['duration_s']:.0f} s"
+          + (f"; missing: {', '.join(failed)}." if failed else "."))
+    return EXIT_FAILED if failed else EXIT_OK
 
 
 if __name__ == "__main__":

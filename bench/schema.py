@@ -164,6 +164,11 @@ def validate(doc: Any) -> list[str]:
         problems.append(f"quick must be true or false, got {doc['quick']!r}")
     if "duration_s" in doc and not (_is_number(doc["duration_s"]) and doc["duration_s"] >= 0):
         problems.append(f"duration_s must be a number >= 0, got {doc['duration_s']!r}")
+    if "missing_workloads" in doc and not (
+            isinstance(doc["missing_workloads"], list) and doc["missing_workloads"]
+            and all(_nonempty_str(w) for w in doc["missing_workloads"])):
+        problems.append("missing_workloads, where present, must be a non-empty list of "
+                        f"workload names, got {doc['missing_workloads']!r}")
     problems += validate_machine(doc["machine"], version)
     figures = doc["figures"]
     if not isinstance(figures, list) or not figures:

@@ -372,3 +372,44 @@ def test_precision_flags_name_the_convolution_setting_cudnn_reads():
     assert "cudnn_fp32_precision" not in flags
     # the legacy flag has no single answer while conv and RNN differ: recorded as unknown
     assert flags["cudnn_allow_tf32"] is None
+
+
+def test_parts_keep_what_a_failed_run_measured_and_the_next_run_completes_it(
+        tmp_path, monkeypatch):
+    # Two workloads; the second fails the first time. The first one's figures are kept in the
+    # parts folder, and the next run measures only the second.
+    calls: list[str] = []
+
+    def good(device, *, quick):
+        calls.append("good")
+        return [core.Figure("x", 1.0, "s", str(device), None, "quick run")]
+
+    state = {"fail": True}
+
+    def flaky(device, *, quick):
+        calls.append("flaky")
+        if state["fail"]:
+            raise RuntimeError("cut short")
+        return [core.Figure("y", 2.0, "s", str(device), None, "quick run")]
+
+    monkeypatch.setattr(core, "WORKLOADS", {
+        "good": core.Workload("good", 1, good), "flaky": core.Workload("flaky", 2, flaky)})
+    monkeypatch.setattr(runner, "load_workload_modules", lambda: [])
+    parts, out = tmp_path / "parts", tmp_path / "out"
+    args = ["--quick", "--out", str(out), "--parts", str(parts), "--no-progress",
+            "--device", "cpu"]
+    assert runner.main(args) == runner.EXIT_FAILED
+    assert not list(out.glob("*.json")), "no result file from a run with a failed workload"
+    assert sorted(p.name for p in parts.glob("*.json")) == ["good.json"]
+    assert runner.main([*args, "--allow-partial"]) == runner.EXIT_FAILED
+    (written,) = out.glob("*.json")
+    doc = json.loads(written.read_text())
+    assert doc["missing_workloads"] == ["flaky"] and schema.validate(doc) == []
+    assert calls == ["good", "flaky", "flaky"], "the second run reused the saved part"
+    state["fail"] = False
+    assert runner.main(args) == runner.EXIT_OK
+    doc = json.loads(written.read_text())
+    assert "missing_workloads" not in doc
+    assert [f["name"] for f in doc["figures"]] == ["x", "y"]
+    assert calls == ["good", "flaky", "flaky", "flaky"]
+    assert runner.main(["--quick", "--out", str(out), "--allow-partial"]) == runner.EXIT_USAGE

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import ddp_mnist
+from helpers import ddp_mnist, launch
 from helpers.checkpoints import load_checkpoint
 from helpers.models import MnistCNN
 
@@ -27,7 +27,7 @@ def _torchrun(out: Path, nproc: int, *extra: str, cwd: Path) -> subprocess.Compl
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("BOOK_DEVICE", None)
     with tempfile.TemporaryDirectory() as logs:
-        return subprocess.run(ddp_mnist.torchrun_command(nproc, program, log_dir=logs), env=env,
+        return subprocess.run(launch.torchrun_command(nproc, program, log_dir=logs), env=env,
                               cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ddp_mnist
+from helpers import launch
 
 # VAL is odd on purpose: two ranks cannot split it evenly, and every image must still be
 # counted exactly once.
@@ -46,8 +46,8 @@ def test_launch_stops_a_hanging_run_and_names_the_causes(tmp_path: Path, capsys)
     script.write_text(_HANG)
     # Generous: torchrun itself imports torch before it starts the workers, which takes
     # tens of seconds on a loaded machine. The run hangs whatever the limit.
-    with pytest.raises(ddp_mnist.DDPLaunchError) as caught:
-        ddp_mnist.launch(2, [script, tmp_path], timeout=120, grace=10)
+    with pytest.raises(launch.LaunchError) as caught:
+        launch.launch(2, [script, tmp_path], timeout=120, grace=10)
     message = str(caught.value)
     assert "time limit of 120 s" in message
     for cause in ("rank crashed", "world size does not match", "NCCL_DEBUG=INFO",
@@ -74,7 +74,7 @@ def test_launch_gives_torchrun_a_log_folder_it_removes(tmp_path: Path, monkeypat
         return real_popen(command, *args, **kwargs)
 
     monkeypatch.setattr(ddp_mnist.subprocess, "Popen", spy)
-    output = ddp_mnist.launch(1, [script], timeout=300, echo=False)
+    output = launch.launch(1, [script], timeout=300, echo=False)
     (command,) = commands
     assert command.index("--log-dir") < command.index(str(script)), "a torchrun option"
     log_dir = command[command.index("--log-dir") + 1]
@@ -84,23 +84,23 @@ def test_launch_gives_torchrun_a_log_folder_it_removes(tmp_path: Path, monkeypat
 
 
 def test_torchrun_command():
-    assert ddp_mnist.torchrun_command(2, ["-m", "x"])[1:] == [
+    assert launch.torchrun_command(2, ["-m", "x"])[1:] == [
         "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "x"]
-    assert ddp_mnist.torchrun_command(1, ["a.py"], log_dir="/l")[-3:] == ["--log-dir", "/l",
+    assert launch.torchrun_command(1, ["a.py"], log_dir="/l")[-3:] == ["--log-dir", "/l",
                                                                           "a.py"]
 
 
 def test_launch_reports_a_crashed_rank(tmp_path: Path):
     script = tmp_path / "crash.py"
     script.write_text("raise SystemExit('rank failed on purpose')\n")
-    with pytest.raises(ddp_mnist.DDPLaunchError, match="failed with exit code") as caught:
-        ddp_mnist.launch(1, [script], timeout=300, echo=False)
+    with pytest.raises(launch.LaunchError, match="failed with exit code") as caught:
+        launch.launch(1, [script], timeout=300, echo=False)
     assert "a rank crashed" in str(caught.value)
     assert f"--nproc-per-node 1 {script}" in str(caught.value)
 
 
 def test_launch_checks_its_arguments():
     with pytest.raises(ValueError, match="nproc"):
-        ddp_mnist.launch(0, ["x.py"])
+        launch.launch(0, ["x.py"])
     with pytest.raises(ValueError, match="timeout"):
-        ddp_mnist.launch(1, ["x.py"], timeout=0)
+        launch.launch(1, ["x.py"], timeout=0)
