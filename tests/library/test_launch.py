@@ -73,7 +73,7 @@ def test_launch_gives_torchrun_a_log_folder_it_removes(tmp_path: Path, monkeypat
         commands.append(list(command))
         return real_popen(command, *args, **kwargs)
 
-    monkeypatch.setattr(ddp_mnist.subprocess, "Popen", spy)
+    monkeypatch.setattr(launch.subprocess, "Popen", spy)
     output = launch.launch(1, [script], timeout=300, echo=False)
     (command,) = commands
     assert command.index("--log-dir") < command.index(str(script)), "a torchrun option"
