@@ -39,10 +39,10 @@ import torch
 
 device = torch.device(sys.argv[1])
 logits = torch.randn(64, 10, device=device)
-target = torch.full((64,), 10, device=device)  # classes are 0..9: 10 is out of range
+target = torch.full((64,), 10, device=device)  # classes 0..9: 10 is no class
 if device.type == "cuda":
     busy = torch.randn(4096, 4096, device=device)
-    for _ in range(20):  # tens of milliseconds of queued work: the faulty kernel starts late
+    for _ in range(20):  # queued work: the faulty kernel starts late
         torch.mm(busy, busy)
 loss = torch.nn.functional.cross_entropy(logits, target)  # the faulty call
 print("the faulty call returned", flush=True)
