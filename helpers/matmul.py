@@ -11,6 +11,7 @@ fp32, TF32, bf16 and (on GPUs whose tensor cores predate bf16, such as Colab's T
 - :func:`sweep_sizes`: the square sizes that fit comfortably in a device's memory;
 - :func:`minor_page_faults`, :func:`huge_pages_for_large_blocks`, :func:`other_allocator_loaded`:
   the probes behind the chapter's page-fault count (why a fresh CPU output costs time);
+- :func:`crossover`: the size from which one series of a sweep beats another for good;
 - :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
   with the host-to-device copy of its inputs included) and its TFLOP/s.
 
@@ -23,12 +24,17 @@ import contextlib
 import numbers
 import os
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
 from helpers.timing import Timing, _check_sizes, _device, benchmark, matmul_flops, tflops
 
-__all__ = ["MODES", "SWEEP_SIZES", "TENSOR_CORES_SINCE", "TUTORIAL_SHAPE", "fp32_precision",
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["MODES", "SWEEP_SIZES", "TENSOR_CORES_SINCE", "TUTORIAL_SHAPE", "crossover",
+           "fp32_precision",
            "huge_pages_for_large_blocks", "minor_page_faults", "num_threads",
            "other_allocator_loaded", "supported_modes", "sweep_sizes", "time_matmul"]
 
@@ -221,3 +227,28 @@ def other_allocator_loaded() -> bool:
     """True where this process preloads another memory allocator (tcmalloc, jemalloc, ...
     through ``LD_PRELOAD``), which may hand freed blocks back without new faults (chapter 3)."""
     return "malloc" in os.environ.get("LD_PRELOAD", "")
+
+
+def crossover(sweep: pd.DataFrame, slow: str, fast: str) -> int | None:
+    """The smallest size from which series ``fast`` takes less time than ``slow`` at every
+    larger size both ran, or None where ``fast`` does not win at the largest (chapter 3).
+
+    ``sweep`` has one row per timed product, with columns ``size``, ``series`` and
+    ``seconds`` (chapter 3's sweep table).
+    """
+    missing = {"size", "series", "seconds"} - set(getattr(sweep, "columns", ()))
+    if missing:
+        raise ValueError(f"sweep needs the columns size, series and seconds; missing "
+                         f"{sorted(missing)}")
+    both = sweep.pivot_table(index="size", columns="series", values="seconds")
+    for name in (slow, fast):
+        if name not in both:
+            raise ValueError(f"no series {name!r} in the sweep; it has "
+                             f"{sorted(both.columns)}")
+    both = both[[slow, fast]].dropna().sort_index()
+    since = None
+    for size in reversed(both.index):  # walk down from the largest size while fast wins
+        if both.loc[size, fast] >= both.loc[size, slow]:
+            break
+        since = int(size)
+    return since
