@@ -209,6 +209,20 @@ def test_cuda_in_a_forked_child(page, label):
 
 # Apple MPS
 
+@entry_test("err-mps-linear-device", MPS)
+def test_mps_layer_left_on_the_cpu(page, label):
+    layer = nn.Linear(4, 2)  # made in forward, or kept in a plain list: never moved
+    assert_quoted(page, label, line(raised(lambda: layer(torch.ones(3, 4, device="mps")))))
+
+
+@entry_test("err-mps-placeholder", MPS)
+def test_mps_class_weights_on_the_cpu(page, label):
+    loss = nn.CrossEntropyLoss(weight=torch.ones(3))  # class weights left on the CPU
+    logits = torch.randn(4, 3, device="mps")
+    target = torch.tensor([0, 1, 2, 0], device="mps")
+    assert_quoted(page, label, line(raised(lambda: loss(logits, target))))
+
+
 @entry_test("err-mps-float64", MPS)
 def test_mps_float64(page, label):
     exc = raised(lambda: torch.ones(2, dtype=torch.float64).to("mps"))
