@@ -203,19 +203,26 @@ def _output_checker():
     """The executed-output checks the book's tests apply to every page (tests/test_notebooks.py),
     so a page a test would reject is never written."""
     try:
-        from tests.test_notebooks import output_problems
+        from tests.book.test_notebooks import output_problems
     except ImportError as exc:
         raise SystemExit(f"cannot load the book's output checks ({exc}): install pytest and "
                          "pyyaml (the wheelhouse has them)") from None
     return output_problems
 
 
+#: The chapters whose lessons need a GPU most run first, so a short time on one records them.
+FIRST = ("03_matmul", "05_mnist", "11_cuda_semantics", "12_performance", "13_memory")
+
+
 def chosen_chapters(spec: str) -> list[Path]:
-    """The chapters ``--chapters`` names (every recordable chapter when empty)."""
+    """The chapters ``--chapters`` names, or every recordable chapter when empty: those of
+    :data:`FIRST` first, then the others in order."""
     recordable = [p for p in sorted(CHAPTERS.glob("*.ipynb"))
                   if not p.stem.startswith(NOT_RECORDED_PREFIX)]
     if not spec:
-        return recordable
+        return sorted(recordable, key=lambda p: (p.stem not in FIRST,
+                                                 FIRST.index(p.stem) if p.stem in FIRST else 0,
+                                                 p.stem))
     wanted = [c.strip().removesuffix(".ipynb") for c in spec.split(",") if c.strip()]
     unknown = [w for w in wanted if not (CHAPTERS / f"{w}.ipynb").exists()]
     if unknown:
@@ -257,7 +264,8 @@ def record(args: argparse.Namespace) -> int:
             "a GPU, check that this torch build supports its driver (nvidia-smi), or run the "
             "report with the machine's own Python (make gpu-report REPORT_PY=python3). "
             "--allow-cpu records a CPU run anyway (a test of the report).")
-    smoke = bool(args.quick or args.bench_only or args.chapters)
+    # A part (some chapters, --no-bench, --no-chapters) is committable; a quick run is not.
+    smoke = bool(args.quick or args.bench_only)
     commit = book_commit()
     if commit == "unknown" and not smoke:
         raise SystemExit("this copy of the book has no .git to name its commit: set "
@@ -276,13 +284,25 @@ def record(args: argparse.Namespace) -> int:
            "torch": torch_version, "python": machine["python"],
            "book_commit": commit, "date": date}
     chosen = chosen_chapters(args.chapters)
+    if args.budget is not None and args.budget < 0:
+        raise SystemExit(f"--budget must be seconds >= 0, got {args.budget:g}")
     print(f"GPU report for {run['machine_label']} on {device}, torch {torch_version}, book "
-          f"commit {commit[:10]}: the {'quick' if args.quick else 'full'} benchmark, then "
-          f"{len(chosen)} chapter(s).", flush=True)
+          f"commit {commit[:10]}: "
+          + ("no benchmark" if args.no_bench else
+             f"the {'quick' if args.quick else 'full'} benchmark")
+          + f", then {0 if args.no_chapters else len(chosen)} chapter(s).", flush=True)
     summary: dict[str, Any] = {"run": run, "chapters": {}}
 
-    # The benchmark first, so the chapters run beside this machine's own result file.
-    bench = [sys.executable, "-m", "bench", "--no-progress"]
+    started = time.monotonic()
+
+    def out_of_time() -> bool:
+        return args.budget is not None and time.monotonic() - started > args.budget
+
+    # The benchmark first, so the chapters run beside this machine's own result file. Each
+    # workload's figures are kept under the work folder as it finishes (--parts): a run cut
+    # short keeps them, and the next run measures only what is missing.
+    bench = [sys.executable, "-m", "bench", "--no-progress", "--parts",
+             str(args.work / "bench-parts")]
     if args.quick:
         bench.append("--quick")
     for name in args.bench_only:
@@ -291,18 +311,45 @@ def record(args: argparse.Namespace) -> int:
     # into the work folder, never into the committed results/.
     out = args.results or (args.work / "bench" if args.quick or args.bench_only else results)
     bench += ["--out", str(out)]
-    env = {**os.environ, "BOOK_COMMIT": commit}
-    print("Benchmark: " + " ".join(bench[1:]), flush=True)
-    bench_rc = subprocess.run(bench, cwd=ROOT, env=env).returncode
-    summary["benchmark"] = {"command": bench[1:], "returncode": bench_rc}
+    env = {**os.environ, "BOOK_COMMIT": commit, "BOOK_STRICT": "1"}
+    bench_rc = 0
+    if args.no_bench:
+        summary["benchmark"] = {"skipped": "--no-bench"}
+    else:
+        print("Benchmark: " + " ".join(bench[1:]), flush=True)
+        bench_rc = subprocess.run(bench, cwd=ROOT, env=env).returncode
+        summary["benchmark"] = {"command": bench[1:], "returncode": bench_rc}
+    tests_rc = 0
+    if args.tests:
+        # The unit tests, GPU branches included (they skip without a GPU), with a report file.
+        command = [sys.executable, "-m", "pytest", "-q", "-m", "not book", "-rs",
+                   f"--junitxml={args.work / 'tests.xml'}", "tests/library", "tests/benchmark",
+                   "tests/book/test_troubleshooting_gpu.py"]
+        print("Tests: " + " ".join(command[1:]), flush=True)
+        tests_rc = subprocess.run(command, cwd=ROOT, env=env).returncode
+        summary["tests"] = {"command": command[1:], "returncode": tests_rc}
+    os.environ["BOOK_STRICT"] = "1"  # the chapters' timing claims are strict here
+    if args.no_chapters:
+        chosen = []
+    elif args.resume:
+        # A page already recorded on this machine for the chapter's current code is kept.
+        kept = [c for c in chosen if (pages / c.name).exists() and code_hash(
+            nbformat.read(pages / c.name, as_version=4)) == code_hash(
+            nbformat.read(c, as_version=4))]
+        if kept:
+            print("Already recorded for the current code: " + ", ".join(c.stem for c in kept))
+        chosen = [c for c in chosen if c not in kept]
 
     # No page of an earlier run survives a chapter that fails now (or one deleted since).
-    if not args.chapters:
+    if not args.chapters and not args.resume and not args.no_chapters:
         shutil.rmtree(pages, ignore_errors=True)
-    for source in chosen:
-        (pages / source.name).unlink(missing_ok=True)
     tools = _notebook_tools()
+    not_run: list[str] = []
     for source in chosen:
+        if out_of_time():
+            not_run.append(source.stem)
+            continue
+        (pages / source.name).unlink(missing_ok=True)
         target = work / source.name
         shutil.copy(source, target)
         start = time.perf_counter()
@@ -326,12 +373,20 @@ def record(args: argparse.Namespace) -> int:
         pages.mkdir(parents=True, exist_ok=True)
         nbformat.write(page, pages / source.name)
 
+        # The summary is rewritten after every chapter: a run cut short still says what it did.
+        (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+    summary["not_run"] = not_run
     (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if not_run:
+        print(f"Out of time (--budget {args.budget:g} s): not run: {', '.join(not_run)}. "
+              "Run again with --resume --no-bench to record them.", file=sys.stderr)
     failed = [name for name, c in summary["chapters"].items() if not c["ok"]]
     print(f"Pages in {pages}; executed notebooks in {work}; summary in {args.work / 'report.json'}")
-    if failed or bench_rc:
+    if failed or bench_rc or tests_rc or not_run:
         print(f"Not complete: failed chapter(s) {', '.join(failed) or 'none'}; benchmark exit "
-              f"status {bench_rc}.", file=sys.stderr)
+              f"status {bench_rc}; tests exit status {tests_rc}. What passed is recorded and "
+              "may be committed as a partial run.", file=sys.stderr)
         return 1
     if smoke:
         print("Done: a smoke test (quick or partial benchmark, or some chapters), not for "
@@ -507,6 +562,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true",
                         help="record a run without a GPU (a test of the report, never committed)")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    parser.add_argument("--no-bench", action="store_true",
+                        help="skip the benchmark (a part of the report: chapters only)")
+    parser.add_argument("--no-chapters", action="store_true",
+                        help="skip the chapters (a part of the report: the benchmark only)")
+    parser.add_argument("--tests", action="store_true",
+                        help="also run the unit tests, GPU branches included, after the benchmark")
+    parser.add_argument("--resume", action="store_true",
+                        help="skip the chapters already recorded on this machine for their "
+                             "current code, and keep their pages")
+    parser.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="start no chapter after this many seconds: each part of a short "
+                             "time on a GPU leaves what it recorded, and --resume completes it")
     s = sub.add_parser("stage", help="choose the outputs each page of the book shows")
     s.add_argument("--executed", type=Path, required=True, help="the CPU-executed chapters")
     s.add_argument("--out", type=Path, required=True, help="where the book's pages go")

@@ -368,3 +368,47 @@ def test_gpu_only_cells_show_a_recorded_runs_output_for_the_same_code(tmp_path) 
     assert texts == ["[recorded on NVIDIA H100 x1, torch 2.11.0, 2026-11-20]\n", "NVIDIA H100\n"]
     assert page.cells[2].outputs == [] and page.cells[0].outputs == []
     assert report.splice_gpu_only(page, []) == 0
+
+
+def test_a_report_in_parts_keeps_what_each_part_recorded_and_resume_completes_it(
+        in_process, monkeypatch, tmp_path):
+    # A short time on a GPU: each part records as it goes, a part out of time says what it
+    # left, and --resume runs only what is missing. Executing a chapter is stubbed here.
+    import torch
+
+    monkeypatch.setattr("helpers.devices.best_device", lambda override=None: torch.device("cpu"))
+    monkeypatch.setenv("BOOK_COMMIT", COMMIT)
+    ran: list[str] = []
+
+    def fake_execute(path: Path, timeout: int):
+        ran.append(path.stem)
+        return True, ""
+
+    monkeypatch.setattr(report, "execute", fake_execute)
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    two = ["01_a", "02_b"]
+    for stem in two:
+        nbformat.write(nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_markdown_cell(f"# {stem}"), nbformat.v4.new_code_cell("x = 1")]),
+            chapters / f"{stem}.ipynb")
+    monkeypatch.setattr(report, "CHAPTERS", chapters)
+    common = ["--allow-cpu", "--no-bench", "--work", str(tmp_path / "w"), "--results",
+              str(tmp_path / "r"), "--chapters", ",".join(two)]
+    assert report.main([*common, "--budget", "0"]) == 1, "out of time: not complete"
+    summary = json.loads((tmp_path / "w" / "report.json").read_text())
+    assert summary["not_run"] == two and ran == []
+    assert report.main([*common[:-2], "--chapters", two[0]]) == 0
+    assert ran == [two[0]]
+    pages = list((tmp_path / "r" / "pages").glob("*/*.ipynb"))
+    assert [p.stem for p in pages] == [two[0]]
+    assert report.main([*common, "--resume"]) == 0
+    assert ran == [two[0], two[1]], "--resume runs only the chapter not yet recorded"
+    assert sorted(p.stem for p in (tmp_path / "r" / "pages").glob("*/*.ipynb")) == two
+
+
+def test_the_chapters_that_need_a_gpu_most_run_first():
+    names = [p.stem for p in report.chosen_chapters("")]
+    first = [n for n in report.FIRST if (ROOT / "chapters" / f"{n}.ipynb").exists()]
+    assert names[:len(first)] == first
+    assert names[len(first):] == sorted(names[len(first):])
