@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Subset
@@ -60,6 +61,26 @@ class DataError(FileNotFoundError):
     """MNIST is missing or damaged; the message says which file and how to fetch it (chapter 5)."""
 
 
+def _whole(name: str, value: Any, minimum: int) -> int:
+    """``value`` if it is a whole number of at least ``minimum``, else a clear error."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be a whole number, got {value!r} "
+                        f"({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _path(name: str, value: Any) -> Path:
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(f"{name} must be a folder's path (a str or pathlib.Path), got "
+                        f"{value!r} ({type(value).__name__})")
+    if not str(value).strip():
+        raise ValueError(f"{name} is empty: name a folder, or leave it out for the book's "
+                         "data folder")
+    return Path(value)
+
+
 def _book_root() -> Path | None:
     """The book's folder when the helpers are installed from a clone of it, else None."""
     root = Path(__file__).resolve().parents[1]
@@ -74,8 +95,15 @@ def data_dir() -> Path:
     """
     env = os.environ.get(DATA_ENV_VAR)
     book_root = _book_root()
-    if env:
-        path = Path(env).expanduser()
+    if env is not None and env != "":
+        if not env.strip():
+            raise DataError(f"${DATA_ENV_VAR} is blank ({env!r}): set it to the folder that "
+                            f"holds MNIST/raw/, or unset it to use the book's data folder")
+        try:
+            path = Path(env).expanduser()
+        except RuntimeError as exc:  # "~someone" for a user this machine does not know
+            raise DataError(f"${DATA_ENV_VAR}={env!r}: {exc} Write the folder's full path "
+                            "instead") from None
         if not path.is_absolute():
             path = (book_root or Path.cwd()) / path
         return path.resolve()
@@ -98,7 +126,11 @@ def verify_mnist(root: str | Path | None = None) -> Path:
     Returns the ``MNIST/raw`` folder. Raises :class:`DataError` naming the first missing,
     truncated or corrupt file and the command that fetches a good copy.
     """
-    raw = Path(root or data_dir()) / "MNIST" / "raw"
+    base = data_dir() if root is None else _path("root", root)
+    if base.exists() and not base.is_dir():
+        raise DataError(f"MNIST's folder {base} is a file, not a folder: pass the folder "
+                        f"that holds MNIST/raw/ (or set {DATA_ENV_VAR} to it)")
+    raw = base / "MNIST" / "raw"
     for name, (size, md5) in MNIST_FILES.items():
         path = raw / name
         if not path.is_file():
@@ -152,7 +184,13 @@ def mnist(train: bool = True, root: str | Path | None = None, transform=None) ->
     """
     from torchvision import datasets, transforms
 
-    root = Path(root or data_dir())
+    if not isinstance(train, bool):
+        raise TypeError(f"train must be True (the 60,000 training images) or False (the "
+                        f"10,000 test images), got {train!r}")
+    if transform is not None and not callable(transform):
+        raise TypeError(f"transform must be callable (such as transforms.ToTensor()), "
+                        f"got {transform!r}")
+    root = data_dir() if root is None else _path("root", root)
     transform = transform or transforms.ToTensor()
     try:
         verify_mnist(root)
@@ -189,6 +227,12 @@ def mnist_loaders(
     keep only the first N images of each part, so a CPU-only run stays short. The training
     loader shuffles with a generator seeded by ``seed``.
     """
+    _whole("batch_size", batch_size, 1)
+    _whole("num_workers", num_workers, 0)
+    _whole("val_size", val_size, 1)
+    for name, value in (("train_subset", train_subset), ("val_subset", val_subset)):
+        if value is not None:
+            _whole(name, value, 1)
     full = mnist(True, root)
     if not 0 < val_size < len(full):
         raise ValueError(f"val_size must be between 1 and {len(full) - 1} (the training images "
@@ -224,6 +268,14 @@ def mnist_tensors(
     Reads the raw uint8 array once instead of decoding 60,000 PIL images, and converts on
     the device, so only a quarter of the float bytes cross the bus.
     """
+    from .devices import resolve_device
+
+    device = resolve_device(device)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype (torch.float32, "
+                        f"torch.float16, torch.bfloat16), got {dtype!r}")
+    if subset is not None:
+        _whole("subset", subset, 1)  # more than the split holds means the whole split
     ds = mnist(train, root)
     images, labels = ds.data, ds.targets
     if subset is not None:
@@ -250,14 +302,25 @@ class TensorBatches:
     ) -> None:
         if not tensors:
             raise ValueError("TensorBatches needs at least one tensor")
+        for i, t in enumerate(tensors):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"TensorBatches takes tensors; argument {i} is a "
+                                f"{type(t).__name__}: convert it with torch.as_tensor")
+            if t.ndim == 0:
+                raise ValueError(f"tensor {i} is a single number (0-d); TensorBatches "
+                                 "batches along dimension 0")
         n = len(tensors[0])
         if any(len(t) != n for t in tensors):
             raise ValueError(f"tensors differ in length: {[len(t) for t in tensors]}")
         devices = {t.device for t in tensors}
         if len(devices) > 1:
             raise ValueError(f"tensors live on different devices: {sorted(map(str, devices))}")
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive whole number, got {batch_size!r}")
+        if n == 0:
+            raise ValueError("the tensors hold no examples (length 0): nothing to batch")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {generator!r}")
         self.tensors, self.batch_size = tensors, batch_size
         self.shuffle, self.drop_last, self.generator = shuffle, drop_last, generator
         self.dataset = tensors[0]  # so len(loader.dataset) works as with a DataLoader
@@ -296,8 +359,14 @@ def make_regression(
     ``[n, 1]``. Every term has shape ``[n, 1]``, which avoids the source material's bug of
     adding ``[n, 1]`` noise to an ``[n]`` vector (a silent broadcast to ``[n, n]``).
     """
-    if n <= 0:
-        raise ValueError(f"n must be positive, got {n}")
+    from .devices import resolve_device
+
+    _whole("n", n, 1)
+    if not isinstance(w, Sequence) or not w or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in w):
+        raise ValueError(f"w must be a non-empty sequence of numbers (one weight per "
+                         f"feature), got {w!r}")
+    device = resolve_device(device)
     gen = torch.Generator().manual_seed(seed)
     w_true = torch.tensor([w], dtype=torch.float32)  # [1, d]
     x = 20 * torch.rand(n, w_true.shape[1], generator=gen) - 10

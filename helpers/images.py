@@ -58,23 +58,49 @@ def write_mnist_pngs(
 
     from .data import mnist
 
+    for name, value in (("n", n), ("start", start)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be a whole number, got {value!r}")
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")
+    if not isinstance(csv_name, str) or not csv_name.endswith(".csv") \
+            or Path(csv_name).name != csv_name:
+        raise ValueError(f"csv_name must be a plain file name ending in .csv, such as "
+                         f"'labels.csv', got {csv_name!r}")
+    if not isinstance(folder, str | os.PathLike) or not str(folder).strip():
+        raise TypeError(f"folder must be a folder's path (a str or pathlib.Path), got {folder!r}")
+    folder = Path(folder)
+    for path in (folder, folder / "images"):
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(f"{path} is a file, not a folder: write the images "
+                                     "into another folder, or move that file away")
     ds = mnist(train, root)
     if start < 0 or start + n > len(ds.data):
         raise ValueError(f"images {start}..{start + n - 1} do not exist: the split holds {len(ds.data)}")
-    folder = Path(folder)
-    (folder / "images").mkdir(parents=True, exist_ok=True)
+    try:
+        (folder / "images").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OSError(f"cannot create {folder / 'images'}: {exc.strerror or exc}. Pass a "
+                      "folder you can write to") from None
     pixels = ds.data[start:start + n].numpy()
     labels = ds.targets[start:start + n].tolist()
     csv_path = folder / csv_name
-    with csv_path.open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(CSV_HEADER)
-        for offset, (image, label) in enumerate(zip(pixels, labels, strict=True)):
-            rel = Path("images") / f"{start + offset:05d}.png"
-            Image.fromarray(image).save(folder / rel)
-            writer.writerow([rel.as_posix(), label])
+    # The CSV is written under a temporary name and renamed at the end: a failure half way
+    # (a full disk, a read-only folder) leaves no CSV that lists images never written.
+    partial = folder / f".{csv_name}.{os.getpid()}.partial"
+    try:
+        with partial.open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(CSV_HEADER)
+            for offset, (image, label) in enumerate(zip(pixels, labels, strict=True)):
+                rel = Path("images") / f"{start + offset:05d}.png"
+                Image.fromarray(image).save(folder / rel)
+                writer.writerow([rel.as_posix(), label])
+        os.replace(partial, csv_path)
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        raise OSError(f"cannot write the images and {csv_path}: {exc.strerror or exc}. "
+                      "Pass a folder you can write to, with room for the files") from None
     return csv_path
 
 
@@ -138,6 +164,25 @@ class CsvImageDataset(Dataset):
         size: tuple[int, int] | Literal["first"] | None = "first",
         follow_links: bool = False,
     ) -> None:
+        if not isinstance(csv_file, str | os.PathLike):
+            raise TypeError(f"csv_file must be the CSV file's path, got {csv_file!r}")
+        csv_path = Path(csv_file)
+        if csv_path.is_dir():
+            raise IsADirectoryError(f"{csv_path} is a folder: pass the CSV file inside it "
+                                    "that lists the images (path,label rows)")
+        if not csv_path.is_file():
+            raise FileNotFoundError(f"the CSV file {csv_path} does not exist: check the path "
+                                    f"(relative paths start in {Path.cwd()})")
+        if root is not None and not Path(root).is_dir():
+            raise NotADirectoryError(f"root {root} is not a folder: pass the folder the "
+                                     "CSV's paths are relative to, or leave it out")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable (such as transforms.ToTensor()), "
+                            f"got {transform!r}")
+        if num_classes is not None and (isinstance(num_classes, bool) or
+                                        not isinstance(num_classes, int) or num_classes < 1):
+            raise ValueError(f"num_classes must be a positive whole number or None, "
+                             f"got {num_classes!r}")
         if mode not in MODES:
             raise ValueError(f"mode {mode!r} is not one the dataset converts images to: use one of "
                              f"{', '.join(map(repr, MODES))} ('L' for greyscale, 'RGB' for colour)")
@@ -155,7 +200,7 @@ class CsvImageDataset(Dataset):
         self._resolved: list[str] = []
         self.lines: list[int] = []
         self._root_resolved = self.root.resolve()
-        reader = csv.reader(io.StringIO(_read_csv_text(self.csv_file), newline=""))
+        reader = csv.reader(io.StringIO(_read_csv_text(self.csv_file), newline=""), strict=True)
         try:
             header = next(reader, None)
             if header is None or tuple(h.strip() for h in header) != CSV_HEADER:

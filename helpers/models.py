@@ -22,6 +22,10 @@ class MnistCNN(nn.Module):
     """
 
     def __init__(self, dropout: float = 0.1) -> None:
+        if isinstance(dropout, bool) or not isinstance(dropout, int | float) \
+                or not 0 <= dropout < 1:
+            raise ValueError(f"dropout is the probability of zeroing a channel, a number in "
+                             f"[0, 1), got {dropout!r}")
         super().__init__()
         self.layers = nn.Sequential(
             nn.Conv2d(1, 32, kernel_size=3),
@@ -37,6 +41,10 @@ class MnistCNN(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 4 or x.shape[1] != 1:
+            raise ValueError(f"MnistCNN takes greyscale images [N, 1, H, W], got "
+                             f"{tuple(x.shape)}: add the channel dimension with "
+                             "x.unsqueeze(1), or stack single images into a batch")
         return self.layers(x)
 
 
@@ -49,12 +57,16 @@ class LinearRegression(nn.Module):
     """
 
     def __init__(self, n_features: int = 2, seed: int = 0) -> None:
+        _positive("n_features", n_features)
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         self.w = nn.Parameter(torch.randn(1, n_features, generator=gen))
         self.b = nn.Parameter(torch.zeros(1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 2 or x.shape[1] != self.w.shape[1]:
+            raise ValueError(f"LinearRegression({self.w.shape[1]}) takes x of shape [n, "
+                             f"{self.w.shape[1]}], got {tuple(x.shape)}")
         return x @ self.w.T + self.b
 
 
@@ -69,17 +81,30 @@ class SequenceClassifier(nn.Module):
     """
 
     def __init__(self, input_dim: int, hidden_dim: int, output_dim: int) -> None:
+        for name, value in (("input_dim", input_dim), ("hidden_dim", hidden_dim),
+                            ("output_dim", output_dim)):
+            _positive(name, value)
         super().__init__()
         self.hidden_dim = hidden_dim
         self.rnn = nn.RNN(input_dim, hidden_dim)
         self.fc = nn.Linear(hidden_dim, output_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.ndim != 3 or x.shape[2] != self.rnn.input_size:
+            raise ValueError(f"SequenceClassifier takes x of shape [seq_len, batch, "
+                             f"{self.rnn.input_size}], got {tuple(x.shape)}")
         hidden = x.new_zeros(1, x.shape[1], self.hidden_dim)
         _, hidden = self.rnn(x, hidden)
         return self.fc(hidden.squeeze(0))
 
 
+def _positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+
+
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of (trainable) parameters of ``model`` (chapter 5)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"count_parameters takes an nn.Module, got {type(model).__name__}")
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

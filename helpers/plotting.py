@@ -7,6 +7,7 @@ Every function returns the matplotlib ``Figure`` so a notebook can tweak or save
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -21,6 +22,8 @@ __all__ = ["plot_history", "plot_speedups", "plot_sweep", "plot_timings", "reada
 def readable(value: float) -> str:
     """A number as a bar label: three significant digits, thousands separated, never in
     scientific notation (``2810.4`` -> ``"2,810"``, ``0.01234`` -> ``"0.0123"``) (chapter 3)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"readable() formats a number, got {value!r} ({type(value).__name__})")
     if not math.isfinite(value):
         return str(value)
     if value == 0:
@@ -36,10 +39,17 @@ def plot_history(history: pd.DataFrame, metrics: Sequence[str] = ("loss", "acc")
     ``history`` is the DataFrame returned by :func:`helpers.training.fit` (columns
     ``train_<metric>`` and ``val_<metric>``); the restored best epoch is marked.
     """
-    missing = [f"{s}_{m}" for m in metrics for s in ("train", "val")
-               if f"{s}_{m}" not in history.columns]
+    if not isinstance(history, pd.DataFrame):
+        raise TypeError(f"history must be the DataFrame helpers.training.fit returns, got "
+                        f"{type(history).__name__}; wrap a list of rows in pd.DataFrame(...)")
+    if isinstance(metrics, str):
+        metrics = (metrics,)  # one metric, not its letters
+    wanted = ["epoch", *(f"{split}_{m}" for m in metrics for split in ("train", "val"))]
+    missing = [column for column in wanted if column not in history.columns]
     if missing:
         raise KeyError(f"history has no column(s) {missing}; it has {list(history.columns)}")
+    if history.empty:
+        raise ValueError("history has no rows: train for at least one epoch first")
     fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.5), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):
         for split in ("train", "val"):
@@ -60,11 +70,22 @@ def plot_history(history: pd.DataFrame, metrics: Sequence[str] = ("loss", "acc")
 def plot_timings(seconds: Mapping[str, float], errors: Mapping[str, float] | None = None,
                  title: str = "", unit: str = "s", log: bool = False) -> Figure:
     """Horizontal bars of times (or any figure) per label, with optional error bars (chapter 3)."""
+    if not isinstance(seconds, Mapping):
+        raise TypeError(f"plot_timings takes a mapping of label -> value, such as "
+                        f"{{'cpu': 1.2, 'cuda:0': 0.1}}, got {type(seconds).__name__}")
     if not seconds:
         raise ValueError("nothing to plot: no timings given")
     labels = list(seconds)
-    values = [seconds[k] for k in labels]
-    err = [errors.get(k, 0.0) for k in labels] if errors else None
+    values = [_number(k, seconds[k]) for k in labels]
+    if log and min(values) <= 0:
+        raise ValueError(f"a log axis needs values above 0; {dict(zip(labels, values, strict=True))} "
+                         "has one at or below 0: pass log=False")
+    if errors:
+        unknown = sorted(set(errors) - set(labels))
+        if unknown:
+            raise ValueError(f"errors name labels that have no value: {unknown}; "
+                             f"the labels are {labels}")
+    err = [_number(k, errors.get(k, 0.0)) for k in labels] if errors else None
     fig, ax = plt.subplots(figsize=(7, 0.5 * len(labels) + 1.2))
     ax.barh(labels, values, xerr=err, color="tab:blue")
     ax.invert_yaxis()
@@ -77,6 +98,15 @@ def plot_timings(seconds: Mapping[str, float], errors: Mapping[str, float] | Non
         ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def _number(label: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"the value for {label!r} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"the value for {label!r} is {value}: measure it again, or leave "
+                         "it out of the plot")
+    return float(value)
 
 
 def plot_speedups(speedups: Mapping[str, float], title: str = "speed-up over baseline") -> Figure:
@@ -92,6 +122,12 @@ def plot_sweep(frame: pd.DataFrame, x: str, y: str, hue: str, *, logx: bool = Tr
     for col in (x, y, hue):
         if col not in frame.columns:
             raise KeyError(f"column {col!r} not in {list(frame.columns)}")
+    if frame.empty:
+        raise ValueError("nothing to plot: the frame has no rows")
+    for col, is_log in ((x, logx), (y, logy)):
+        if is_log and not (frame[col] > 0).all():
+            raise ValueError(f"a log axis needs values above 0, but column {col!r} has "
+                             f"{frame[col].min()}: pass log{'x' if col == x else 'y'}=False")
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, group in frame.groupby(hue, sort=False):
         group = group.sort_values(x)
@@ -112,12 +148,18 @@ def show_images(images: torch.Tensor, titles: Sequence[str] | None = None, ncols
                 colors: Sequence[str] | None = None) -> Figure:
     """A grid of greyscale images ``[N, 1, H, W]`` or ``[N, H, W]`` with optional titles
     (chapter 5's predictions: pass ``colors`` to mark wrong ones in red)."""
-    images = images.detach().cpu()
-    if images.ndim == 4:
+    images = torch.as_tensor(images).detach().cpu()
+    if images.ndim == 4 and images.shape[1] == 1:
         images = images[:, 0]
-    if images.ndim != 3:
-        raise ValueError(f"expected images of shape [N, 1, H, W] or [N, H, W], got {tuple(images.shape)}")
+    if images.ndim != 3 or len(images) == 0:
+        raise ValueError(f"expected greyscale images of shape [N, 1, H, W] or [N, H, W] with "
+                         f"N >= 1, got {tuple(images.shape)}")
     n = len(images)
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be a positive whole number, got {ncols!r}")
+    for name, given in (("titles", titles), ("colors", colors)):
+        if given is not None and len(given) != n:
+            raise ValueError(f"{len(given)} {name} for {n} images: give one per image")
     nrows = -(-n // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(1.3 * ncols, 1.5 * nrows), squeeze=False)
     for i, ax in enumerate(axes.flat):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -19,12 +19,49 @@ import torchmetrics
 from torch import nn
 from tqdm.auto import tqdm
 
+from .devices import resolve_device
 from .timing import synchronize
 
 __all__ = ["EarlyStopping", "default_non_blocking", "evaluate", "fit", "predict", "train_epoch",
            "train_step"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+# Devices already checked by _device: a step on a known device costs no second check.
+_CHECKED: set[torch.device] = set()
+
+
+def _device(device: torch.device | str | int) -> torch.device:
+    """``device`` as a torch.device that exists here; a clear ValueError or TypeError
+    (from :func:`helpers.devices.resolve_device`) names a bad one and lists the good ones."""
+    if isinstance(device, torch.device) and device in _CHECKED:
+        return device
+    resolved = resolve_device(device)
+    _CHECKED.add(resolved)
+    return resolved
+
+
+def _check_classes(num_classes: Any) -> None:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise ValueError(f"num_classes must be a whole number of at least 2 (the classes the "
+                         f"model predicts, 10 for MNIST), got {num_classes!r}")
+
+
+def _check_batches(batches: Any, what: str) -> None:
+    if not isinstance(batches, Iterable) or isinstance(batches, str | bytes | torch.Tensor):
+        raise TypeError(f"the {what} data must be an iterable of (inputs, labels) batches, "
+                        f"such as a DataLoader or a list of pairs, not {type(batches).__name__}")
+
+
+def _pair(batch: Any, index: int) -> tuple[Any, Any]:
+    """A batch as (inputs, labels), or a TypeError that says what the batch was."""
+    if isinstance(batch, list | tuple) and len(batch) == 2:
+        return batch[0], batch[1]
+    shape = f"a {type(batch).__name__}" + (
+        f" of {len(batch)} items" if isinstance(batch, list | tuple) else "")
+    raise TypeError(f"batch {index} is {shape}, not an (inputs, labels) pair: the Dataset's "
+                    "__getitem__ must return (input, label)")
 
 
 def _accuracy(num_classes: int, device: torch.device) -> torchmetrics.Metric:
@@ -49,7 +86,16 @@ def default_non_blocking(device: torch.device | str) -> bool:
     non-blocking copy from pageable memory can read the source after it is freed, and on the
     CPU there is nothing to copy, so elsewhere it is False.
     """
-    return torch.device(device).type == "cuda"
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a name such as 'cuda:0' or a torch.device, "
+                        f"not {device!r}")
+    try:
+        return torch.device(device).type == "cuda"
+    except RuntimeError:
+        raise ValueError(f"{device!r} is not a device name PyTorch understands: use 'cpu', "
+                         "'cuda', 'cuda:1', 'mps' or 'xpu'") from None
 
 
 def _read_once(*values: torch.Tensor) -> list[float]:
@@ -77,8 +123,15 @@ def train_step(
     may still wait for the stream while it stages the copy (CUDA's "API synchronization
     behavior"); from pinned memory it does not. On ``mps`` the copy is a blocking one.
     """
+    device = _device(device)
     if non_blocking is None:
         non_blocking = default_non_blocking(device)
+    if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+        raise TypeError(f"a batch must be two tensors (inputs, labels), got "
+                        f"{type(x).__name__} and {type(y).__name__}")
+    if x.ndim == 0 or y.ndim == 0 or len(x) != len(y):
+        raise ValueError(f"a batch of inputs {tuple(x.shape)} and labels {tuple(y.shape)}: "
+                         "they must hold the same number of examples (dimension 0)")
     x = x.to(device, non_blocking=non_blocking)
     y = y.to(device, non_blocking=non_blocking)
     optimizer.zero_grad(set_to_none=True)
@@ -114,15 +167,21 @@ def train_epoch(
     :func:`default_non_blocking` for ``device``. ``accuracy=False`` skips the metric (its
     ``acc`` is NaN), and ``max_batches`` stops early: the benchmark times bare steps so.
     """
-    if max_batches is not None and max_batches < 1:
-        raise ValueError(f"max_batches must be at least 1 (or None for all), got {max_batches}")
+    if max_batches is not None and (isinstance(max_batches, bool) or
+                                    not isinstance(max_batches, int) or max_batches < 1):
+        raise ValueError(f"max_batches must be a whole number of at least 1 (or None for "
+                         f"all), got {max_batches!r}")
+    device = _device(device)
+    _check_classes(num_classes)
+    _check_batches(batches, "training")
     model.train()
     acc = _accuracy(num_classes, device) if accuracy else None
     total_loss = torch.zeros((), device=device)
     seen = 0
-    for i, (x, y) in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):
+    for i, batch in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):
         if max_batches is not None and i >= max_batches:
             break
+        x, y = _pair(batch, i)
         loss, _ = train_step(model, x, y, optimizer, loss_fn, device, metric=acc,
                              non_blocking=non_blocking)
         # Accumulate on the device: calling .item() here would synchronise every step.
@@ -154,13 +213,20 @@ def evaluate(
     Puts the model in eval mode and leaves it there; :func:`train_epoch` switches back. Like
     the training pass, it reads from the device once, at the end.
     """
+    device = _device(device)
+    _check_classes(num_classes)
+    _check_batches(batches, "validation")
     if non_blocking is None:
         non_blocking = default_non_blocking(device)
     model.eval()
     acc = _accuracy(num_classes, device)
     total_loss = torch.zeros((), device=device)
     seen = 0
-    for x, y in tqdm(batches, desc=desc, leave=False, disable=not progress):
+    for i, batch in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):
+        x, y = _pair(batch, i)
+        if len(x) != len(y):
+            raise ValueError(f"batch {i}: inputs {tuple(x.shape)} and labels "
+                             f"{tuple(y.shape)} hold different numbers of examples")
         x = x.to(device, non_blocking=non_blocking)
         y = y.to(device, non_blocking=non_blocking)
         logits = model(x)
@@ -169,9 +235,6 @@ def evaluate(
         acc.update(logits, y)
     if seen == 0:
         raise ValueError("the validation data yielded no batches")
-    if acc is None:
-        (loss_sum,) = _read_once(total_loss)
-        return {"loss": loss_sum / seen, "acc": float("nan"), "images": seen}
     loss_sum, accuracy_value = _read_once(total_loss, acc.compute())
     return {"loss": loss_sum / seen, "acc": accuracy_value, "images": seen}
 
@@ -184,10 +247,13 @@ def predict(
 
     The predictions stay on the device until the end and come back in one copy.
     """
+    device = _device(device)
+    _check_batches(batches, "prediction")
     model.eval()
     non_blocking = default_non_blocking(device)
     preds, labels = [], []
-    for x, y in batches:
+    for i, batch in enumerate(batches):
+        x, y = _pair(batch, i)
         preds.append(model(x.to(device, non_blocking=non_blocking)).argmax(dim=1))
         labels.append(y)
     if not preds:
@@ -204,10 +270,19 @@ class EarlyStopping:
 
     def __init__(self, monitor: str = "val_acc", mode: str = "max", patience: int = 3,
                  min_delta: float = 0.0) -> None:
+        if not isinstance(monitor, str) or not monitor:
+            raise TypeError(f"monitor must be the name of a metric, such as 'val_acc', "
+                            f"got {monitor!r}")
         if mode not in ("min", "max"):
-            raise ValueError(f"mode must be 'min' or 'max', got {mode!r}")
-        if patience < 1:
-            raise ValueError(f"patience must be at least 1, got {patience}")
+            raise ValueError(f"mode must be 'min' (for a loss) or 'max' (for an accuracy), "
+                             f"got {mode!r}")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(f"patience must be a whole number of epochs, at least 1, "
+                             f"got {patience!r}")
+        if not isinstance(min_delta, int | float) or not math.isfinite(min_delta) \
+                or min_delta < 0:
+            raise ValueError(f"min_delta must be a finite number >= 0 (how much better a "
+                             f"value must be to count), got {min_delta!r}")
         self.monitor, self.mode, self.patience, self.min_delta = monitor, mode, patience, min_delta
         self.best = -math.inf if mode == "max" else math.inf
         self.best_epoch = -1
@@ -215,7 +290,8 @@ class EarlyStopping:
         self.bad_epochs = 0
 
     def improved(self, value: float) -> bool:
-        """Whether ``value`` beats the best so far by more than ``min_delta``."""
+        """Whether ``value`` beats the best so far by more than ``min_delta`` (NaN never
+        does: a diverged epoch is not kept)."""
         if self.mode == "max":
             return value > self.best + self.min_delta
         return value < self.best - self.min_delta
@@ -236,7 +312,9 @@ class EarlyStopping:
     def restore(self, model: nn.Module) -> None:
         """Load the best weights back into ``model`` (after training, not during it)."""
         if self.best_state is None:
-            raise RuntimeError("no epoch has been recorded yet")
+            raise RuntimeError(f"no epoch has been kept yet: step() was never called, or "
+                               f"every {self.monitor} was NaN (training diverged: lower "
+                               "the learning rate)")
         model.load_state_dict(copy.deepcopy(self.best_state))
 
 
@@ -266,9 +344,24 @@ def fit(
     validation loss, any other scheduler once per epoch (chapter 6). ``non_blocking=None``
     copies batches with :func:`default_non_blocking` for ``device``.
     """
-    device = torch.device(device)
-    if epochs < 1:
-        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    device = _device(device)
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a whole number, at least 1, got {epochs!r}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer over the model's "
+                        f"parameters, such as torch.optim.Adam(model.parameters()), "
+                        f"got {optimizer!r}")
+    _check_classes(num_classes)
+    for batches, what in ((train_batches, "training"), (val_batches, "validation")):
+        _check_batches(batches, what)
+        if isinstance(batches, Iterator):
+            raise TypeError(f"the {what} data is a one-shot iterator ({type(batches).__name__})"
+                            ", which would be empty from the second epoch on: pass a "
+                            "DataLoader or a list of batches")
+    known = [f"{split}_{name}" for split in ("train", "val") for name in ("loss", "acc")]
+    if monitor not in known:
+        raise ValueError(f"monitor {monitor!r} is not a metric fit records: use one of "
+                         f"{', '.join(known)}")
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     stopper = EarlyStopping(monitor=monitor, mode=mode, patience=patience)
     rows: list[dict[str, Any]] = []
@@ -282,8 +375,8 @@ def fit(
                        num_classes=num_classes, non_blocking=non_blocking)
         synchronize(device)
         row = {"epoch": epoch,
-               **{f"train_{k}": v for k, v in train.items()},
-               **{f"val_{k}": v for k, v in val.items()},
+               **{f"train_{k}": train[k] for k in ("loss", "acc")},
+               **{f"val_{k}": val[k] for k in ("loss", "acc")},
                "lr": optimizer.param_groups[0]["lr"],
                "seconds": time.perf_counter() - start}
         rows.append(row)
