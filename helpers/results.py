@@ -32,6 +32,7 @@ import pandas as pd
 __all__ = ["READABLE_VERSIONS", "RESULTS_ENV_VAR", "SCHEMA_VERSION", "committed",
            "figures_table", "load_results", "machine_label", "machine_labels", "machine_stamp",
            "machines_table", "missing_figures", "peak_share_table", "plot_workload",
+           "axis_label", "is_noisy", "plot_alt", "plot_panels", "show_figure",
            "results_dir", "show_committed", "speedup_table", "workloads"]
 
 RESULTS_ENV_VAR = "BOOK_RESULTS_DIR"
@@ -61,14 +62,77 @@ _PACKAGED = Path(__file__).resolve().parent / "_results"
 
 def results_dir() -> Path:
     """``$BOOK_RESULTS_DIR``, else the checkout's ``results/`` folder, else the copy of the
-    result files installed with the package (appendix)."""
-    env = os.environ.get(RESULTS_ENV_VAR)
+    result files installed with the package (appendix).
+
+    An empty or blank ``$BOOK_RESULTS_DIR`` counts as unset; ``~`` is expanded.
+    """
+    env = os.environ.get(RESULTS_ENV_VAR, "").strip()
     if env:
         return Path(env).expanduser()
     root = Path(__file__).resolve().parents[1]
     if (root / "pyproject.toml").is_file() and (root / "results").is_dir():
         return root / "results"
     return _PACKAGED
+
+
+def _folder(directory: str | os.PathLike[str] | None) -> Path | None:
+    """The folder to read, or ``None`` where the package's own copy is missing (nothing
+    committed); a folder the reader named that does not exist is an error naming it."""
+    if directory is None:
+        folder = results_dir()
+        named = os.environ.get(RESULTS_ENV_VAR, "").strip()
+        where = (f"${RESULTS_ENV_VAR}={named!r}" if named else None)
+    elif isinstance(directory, (str, os.PathLike)):
+        folder = Path(directory).expanduser()
+        where = f"directory={str(directory)!r}"
+    else:
+        raise TypeError(f"directory must be a folder path (str or pathlib.Path), not "
+                        f"{type(directory).__name__} {directory!r}: pass the folder that "
+                        "holds the result files, or None for the book's results/")
+    if folder.is_dir():
+        return folder
+    if where is None:  # the installed package carries no result file: nothing committed
+        return None
+    if folder.exists():
+        raise NotADirectoryError(f"{where} is a file, not a folder: name the folder that "
+                                 "holds the result files (results/ in a clone of the book)")
+    raise FileNotFoundError(f"{where}: no such folder. Name the folder that holds the result "
+                            f"files (results/ in a clone of the book), or unset "
+                            f"{RESULTS_ENV_VAR} to read the book's own")
+
+
+def _check_doc(doc: Any, path: Path) -> None:
+    """Raise ``ValueError`` naming ``path`` where ``doc`` is not shaped like a result file."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"result file {path} holds a JSON {type(doc).__name__}, not an "
+                         "object: it is not a result file (they are written by python -m "
+                         "bench); move it out of the folder")
+    missing = {"schema_version", "machine", "date", "figures"} - set(doc)
+    if missing:
+        raise ValueError(f"result file {path} lacks {sorted(missing)}: it is not a complete "
+                         "result file; write it again with python -m bench")
+    if doc["schema_version"] not in READABLE_VERSIONS:
+        raise ValueError(f"result file {path} has schema version {doc['schema_version']!r}; "
+                         f"this copy of the helpers reads {READABLE_VERSIONS}: update the "
+                         "helpers")
+    machine, figures = doc["machine"], doc["figures"]
+    if not isinstance(machine, dict) or not {"slug", "device_name", "gpu_count"} <= set(machine):
+        raise ValueError(f"result file {path}: 'machine' must be an object with slug, "
+                         f"device_name and gpu_count, not {machine!r:.80}; write the file "
+                         "again with python -m bench")
+    if not isinstance(figures, list):
+        raise ValueError(f"result file {path}: 'figures' must be a list, not "
+                         f"{type(figures).__name__}; write the file again with python -m bench")
+    keys = {"workload", "name", "value", "unit", "device"}
+    for i, fig in enumerate(figures):
+        if not isinstance(fig, dict) or not keys <= set(fig):
+            raise ValueError(f"result file {path}: figure {i} must be an object with "
+                             f"{sorted(keys)}, not {fig!r:.80}; write the file again with "
+                             "python -m bench")
+        if isinstance(fig["value"], bool) or not isinstance(fig["value"], (int, float)):
+            raise ValueError(f"result file {path}: figure {i} ({fig['name']!r}) has value "
+                             f"{fig['value']!r}, not a number; write the file again with "
+                             "python -m bench")
 
 
 def _migrate(doc: dict[str, Any]) -> dict[str, Any]:
@@ -89,25 +153,35 @@ def _migrate(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-def load_results(directory: str | Path | None = None) -> list[dict[str, Any]]:
-    """Every result file in ``directory``, parsed, sorted by machine slug (appendix).
+def load_results(directory: str | os.PathLike[str] | None = None) -> list[dict[str, Any]]:
+    """Every result file in ``directory`` (default :func:`results_dir`), parsed, sorted by
+    file name (appendix).
 
-    A file that is not valid JSON, lacks the top-level keys or has a schema version this
-    package cannot read raises ``ValueError`` naming it.
+    A folder that is named (argument or ``$BOOK_RESULTS_DIR``) but missing or a file raises
+    ``FileNotFoundError`` / ``NotADirectoryError`` naming it; an empty folder gives ``[]``.
+    A file that cannot be read, is not valid JSON, lacks the top-level keys or has a schema
+    version this package cannot read raises an error naming it.
     """
-    folder = Path(directory) if directory is not None else results_dir()
+    folder = _folder(directory)
+    if folder is None:
+        return []
+    try:
+        paths = sorted(p for p in folder.glob("*.json") if p.is_file())
+    except PermissionError as exc:
+        raise PermissionError(f"cannot list the result folder {folder}: {exc.strerror}; "
+                              "make it readable, or name another folder") from None
     out = []
-    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+    for path in paths:
         try:
-            doc = json.loads(path.read_text())
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"result file {path} cannot be read ({exc}); make it readable "
+                             "or move it out of the folder") from None
+        try:
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"result file {path} is not valid JSON: {exc}") from None
-        missing = {"schema_version", "machine", "date", "figures"} - set(doc)
-        if missing:
-            raise ValueError(f"result file {path} lacks {sorted(missing)}")
-        if doc["schema_version"] not in READABLE_VERSIONS:
-            raise ValueError(f"result file {path} has schema version {doc['schema_version']!r}; "
-                             f"this copy of the helpers reads {READABLE_VERSIONS}: update the helpers")
+        _check_doc(doc, path)
         doc["_path"] = str(path)
         out.append(_migrate(doc))
     return out
@@ -120,6 +194,7 @@ def committed(workload: str | None = None, *, gpu_only: bool = False,
     Columns: machine, device_name, gpu_count, torch, cuda, driver, date, workload, chapter,
     name, value, unit, spread, device, note.
     """
+    _check_workload(workload, optional=True)
     rows = []
     for doc in load_results(directory):
         m = doc["machine"]
@@ -148,16 +223,16 @@ def _in_kernel() -> bool:
 
 def machine_stamp(doc: dict[str, Any], label: str | None = None) -> str:
     """One line naming the hardware and versions behind a result file (chapter 3)."""
+    parts = [label or machine_label(doc)]  # machine_label refuses what is not a result file
     m = doc["machine"]
-    parts = [label or machine_label(doc)]
     if m.get("driver"):
         parts.append(f"driver {m['driver']}")
     if m.get("cuda"):
         parts.append(f"CUDA {m['cuda']}")
     if m.get("hip"):
         parts.append(f"ROCm/HIP {m['hip']}")
-    parts.append(f"torch {m['torch']}")
-    parts.append(f"measured {doc['date'][:10]}")
+    parts.append(f"torch {m.get('torch', '?')}")
+    parts.append(f"measured {str(doc.get('date', '?'))[:10]}")
     commit = m.get("book_commit") or "unknown"
     parts.append(f"book commit {commit[:10]}")
     return ", ".join(parts)
@@ -178,9 +253,9 @@ def show_committed(workload: str, *, gpu_only: bool = True,
     the GPU, are kept: a column headed with a GPU's name holds GPU figures only. Says so
     plainly when no such results have been committed yet.
     """
-    docs = load_results(directory)
-    if gpu_only:
-        docs = [d for d in docs if d["machine"].get("gpu_count")]
+    _check_workload(workload)
+    every = load_results(directory)
+    docs = [d for d in every if d["machine"].get("gpu_count")] if gpu_only else every
     labels = dict(zip((d["_path"] for d in docs), machine_labels(docs), strict=True))
     rows, shown = [], []
     for doc in docs:
@@ -194,9 +269,13 @@ def show_committed(workload: str, *, gpu_only: bool = True,
                          "value": f["value"]})
     kind = "GPU " if gpu_only else ""
     if not rows:
-        _show(workload, [f"No committed {kind}results for the {workload!r} workload yet: they "
-                         "appear here once the book's benchmark has run on such a machine "
-                         "and its result file is committed under results/."])
+        line = (f"No committed {kind}results for the {workload!r} workload yet: they "
+                "appear here once the book's benchmark has run on such a machine "
+                "and its result file is committed under results/.")
+        reported = sorted({f["workload"] for d in every for f in d["figures"]})
+        if workload not in reported:
+            line += f" (The committed files report: {', '.join(reported) or 'nothing'}.)"
+        _show(workload, [line])
         return pd.DataFrame()
     long = pd.DataFrame(rows)
     # Every (figure, machine) pair is unique in a valid result file; "first" never averages.
@@ -236,30 +315,58 @@ def _show(workload: str, lines: list[str], table: pd.DataFrame | None = None) ->
             metadata={DISPLAY_KEY: workload})
 
 
+def _check_workload(workload: Any, *, optional: bool = False) -> None:
+    """A workload is named by a non-empty string (``"matmul"``); ``None`` where allowed."""
+    if workload is None and optional:
+        return
+    if not isinstance(workload, str) or not workload.strip():
+        raise TypeError(f"workload must be a workload's name such as 'matmul', not "
+                        f"{workload!r}" + (" (or None for every workload)" if optional else ""))
+
+
 # -- Tables and plots of every result file, side by side (appendix) --------------------------
 
+def _check_docs(docs: Any) -> None:
+    """``docs`` must be what :func:`load_results` returns: a list of result documents."""
+    if isinstance(docs, (str, bytes, os.PathLike, dict)) or not isinstance(docs, Sequence):
+        raise TypeError(f"expected the list that load_results() returns, not "
+                        f"{type(docs).__name__} {docs!r:.60}: call load_results(folder) first")
+    for doc in docs:
+        if not (isinstance(doc, dict) and isinstance(doc.get("machine"), dict)
+                and isinstance(doc.get("figures"), list)):
+            raise TypeError(f"expected result documents from load_results(), found "
+                            f"{doc!r:.60}: call load_results(folder) and pass its list")
+
+
 def machine_label(doc: dict[str, Any]) -> str:
-    """How a machine is named on the page: its GPU (``NVIDIA H100 80GB HBM3 x1``) or, without (appendix)
-    one, its processor and core count."""
+    """How a machine is named on the page (appendix): its GPU (``NVIDIA H100 80GB HBM3 x1``)
+    or, without one, its processor and core count."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("machine"), dict):
+        raise TypeError(f"expected one result document from load_results() (or a dict with "
+                        f"its 'machine' record), not {doc!r:.60}")
     m = doc["machine"]
     if m.get("gpu_count"):
         label = f"{m['device_name']} x{m['gpu_count']}"
     else:
-        label = f"{m['device_name']} ({m['cpu_count']} cores, no GPU)"
+        label = f"{m['device_name']} ({m.get('cpu_count', '?')} cores, no GPU)"
     if doc.get("quick"):
         label += " [quick run]"
     return label
 
 
 def machine_labels(docs: Sequence[dict[str, Any]]) -> list[str]:
-    """:func:`machine_label` of every file, made unique with the slug where two coincide (appendix)."""
+    """:func:`machine_label` of every file, made unique with the slug where two coincide
+    (appendix)."""
+    _check_docs(docs)
     labels = [machine_label(doc) for doc in docs]
     return [f"{label} <{doc['machine']['slug']}>" if labels.count(label) > 1 else label
             for label, doc in zip(labels, docs, strict=True)]
 
 
 def machines_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """One column per result file: the hardware, the versions and when it was measured (appendix)."""
+    """One column per result file: the hardware, the versions and when it was measured
+    (appendix)."""
+    _check_docs(docs)
     columns = {}
     for label, doc in zip(machine_labels(docs), docs, strict=True):
         m = doc["machine"]
@@ -291,8 +398,10 @@ def machines_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _long(docs: Sequence[dict[str, Any]], workload: str | None = None) -> pd.DataFrame:
-    """One row per figure. ``series`` names the machine, with the device added for a machine (appendix)
+    """One row per figure. ``series`` names the machine, with the device added for a machine
     that reports one of this workload's figures on two devices (so its bars stay apart)."""
+    _check_docs(docs)
+    _check_workload(workload, optional=True)
     rows = []
     for label, doc in zip(machine_labels(docs), docs, strict=True):
         figs = [f for f in doc["figures"] if workload is None or f["workload"] == workload]
@@ -303,17 +412,17 @@ def _long(docs: Sequence[dict[str, Any]], workload: str | None = None) -> pd.Dat
             tagged = keys.count(key) > 1 or (run_device is not None and f["device"] != run_device)
             rows.append({"machine": label,
                          "series": f"{label} | {f['device']}" if split else label,
-                         "workload": f["workload"], "chapter": f["chapter"],
+                         "workload": f["workload"], "chapter": f.get("chapter"),
                          "figure": f["name"], "unit": f["unit"], "device": f["device"],
-                         "value": f["value"], "spread": f["spread"],
-                         "cell": _fmt(f["value"], f["spread"])
+                         "value": f["value"], "spread": f.get("spread"),
+                         "cell": _fmt(f["value"], f.get("spread"))
                          + (f" ({f['device']})" if tagged else "")})
     return pd.DataFrame(rows, columns=["machine", "series", "workload", "chapter", "figure",
                                        "unit", "device", "value", "spread", "cell"])
 
 
 def workloads(docs: Sequence[dict[str, Any]]) -> list[str]:
-    """Every workload any file reports, in chapter order."""
+    """Every workload any file reports, in chapter order (appendix)."""
     long = _long(docs)
     if long.empty:
         return []
@@ -330,8 +439,8 @@ def _fmt(value: float, spread: float | None) -> str:
 
 
 def figures_table(docs: Sequence[dict[str, Any]], workload: str | None = None) -> pd.DataFrame:
-    """Every figure side by side: one row per (workload, figure, unit), one column per machine, (appendix)
-    cells ``value ± spread``, empty where a machine lacks the figure. A figure measured on
+    """Every figure side by side (appendix): one row per (workload, figure, unit), one column
+    per machine, cells ``value ± spread``, empty where a machine lacks the figure. A figure measured on
     another device than the one the run was for (the CPU baseline on a GPU machine) says so,
     ``1.5 ± 0.02 (cpu)``; one measured on two devices shows both, joined by ``;``."""
     long = _long(docs, workload)
@@ -349,6 +458,9 @@ def figures_table(docs: Sequence[dict[str, Any]], workload: str | None = None) -
 
 def missing_figures(docs: Sequence[dict[str, Any]], table: pd.DataFrame) -> list[str]:
     """Figures of ``docs`` that ``table`` (from :func:`figures_table`) does not show (appendix)."""
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"table must be the DataFrame figures_table(docs) returns, not "
+                        f"{type(table).__name__}")
     missing = []
     for row in _long(docs).itertuples():
         key = (row.workload, row.figure, row.unit)
@@ -359,24 +471,73 @@ def missing_figures(docs: Sequence[dict[str, Any]], table: pd.DataFrame) -> list
     return missing
 
 
+#: Units a bar chart compares: times, rates, memory and speed-up ratios. Other figures (the
+#: regression's weights, a loss, an accuracy, a share of peak) say whether a run was right,
+#: not how fast it was; they stay in the figures table.
+_TIME_UNITS = {"s": "time", "ms": "time", "us": "time"}
+_OTHER_UNITS = {"x": "ratio (times)", "MiB": "memory", "GiB": "memory"}
+
+
+def axis_label(unit: str) -> str | None:
+    """The axis label of a plotted unit (``"time (ms): shorter is faster"``), ``None`` for
+    a unit :func:`plot_workload` leaves to the table (appendix)."""
+    if unit in _TIME_UNITS:
+        return f"time ({unit}): shorter is faster"
+    if unit.endswith("/s"):
+        return f"rate ({unit}): longer is faster"
+    if unit in _OTHER_UNITS:
+        kind = _OTHER_UNITS[unit]
+        return kind if unit == "x" else f"{kind} ({unit})"
+    return None
+
+
+def is_noisy(value: float, spread: float | None) -> bool:
+    """True where a figure's spread is above ``helpers.timing.NOISY_SPREAD`` of its value, the
+    threshold at which chapter 3 calls a timing noisy (appendix)."""
+    from helpers.timing import NOISY_SPREAD  # noqa: PLC0415
+
+    if spread is None or (isinstance(spread, float) and math.isnan(spread)) or not value:
+        return False
+    return abs(spread) > NOISY_SPREAD * abs(value)
+
+
+def plot_panels(docs: Sequence[dict[str, Any]], workload: str) -> list[str]:
+    """The units :func:`plot_workload` draws a panel for (appendix): a time, rate, memory or
+    ratio unit with at least two bars (two machines, or two figures of one machine); a single
+    bar compares nothing and stays in the figures table."""
+    long = _long(docs, workload)
+    units = [u for u in dict.fromkeys(long["unit"]) if axis_label(u) is not None]
+    return [u for u in units if (long["unit"] == u).sum() >= 2]
+
+
 def plot_workload(docs: Sequence[dict[str, Any]], workload: str, *, max_rows: int = 40):
-    """Grouped bars of one workload's figures, one colour per machine, one panel per unit, (appendix)
-    with the spread as error bars; ``None`` when no file reports ``workload``."""
+    """Grouped bars of one workload's figures (appendix): one colour per machine, one panel
+    per unit of :func:`plot_panels` with the unit on its axis, the spread as whiskers, and
+    hatched bars where the spread is above ``NOISY_SPREAD`` of the value. ``None`` when no
+    file reports ``workload`` or nothing of it is worth a panel."""
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    from helpers.timing import NOISY_SPREAD  # noqa: PLC0415
+
+    if not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1:
+        raise ValueError(f"max_rows must be a positive int, not {max_rows!r}")
+    _check_workload(workload)
     long = _long(docs, workload)
-    if long.empty:
+    units = plot_panels(docs, workload)
+    if not units:
         return None
-    units = list(dict.fromkeys(long["unit"]))
+    long = long[long["unit"].isin(units)]
     columns = list(dict.fromkeys(long["series"]))
+    machines = list(dict.fromkeys(long["machine"]))
     heights = [min(max_rows, long[long["unit"] == u]["figure"].nunique()) for u in units]
     per_row = 0.22 * len(columns) + 0.15
     fig, axes = plt.subplots(len(units), 1, squeeze=False,
-                             figsize=(10, 1.5 + sum(per_row * h + 0.7 for h in heights)),
+                             figsize=(10, 1.5 + sum(per_row * h + 0.8 for h in heights)),
                              gridspec_kw={"height_ratios": heights})
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     colour = {c: palette[j % len(palette)] for j, c in enumerate(columns)}
+    any_noisy = False
     for ax, unit in zip(axes[:, 0], units, strict=True):
         part = long[long["unit"] == unit]
         names = list(dict.fromkeys(part["figure"]))[:max_rows]
@@ -384,36 +545,95 @@ def plot_workload(docs: Sequence[dict[str, Any]], workload: str, *, max_rows: in
         for j, column in enumerate(columns):
             sub = part[part["series"] == column].set_index("figure")
             here = [n for n in names if n in sub.index]
-            if not here:
+            if not here:  # this machine lacks these figures: its slot stays empty
                 continue
             ys = [names.index(n) - 0.4 + width * (j + 0.5) for n in here]
-            errs = [sub.loc[n, "spread"] if pd.notna(sub.loc[n, "spread"]) else 0.0
-                    for n in here]
-            ax.barh(ys, [sub.loc[n, "value"] for n in here], height=width, xerr=errs,
-                    color=colour[column], capsize=2)
+            values = [float(sub.loc[n, "value"]) for n in here]
+            spreads = [sub.loc[n, "spread"] if pd.notna(sub.loc[n, "spread"]) else None
+                       for n in here]
+            noisy = [is_noisy(v, e) for v, e in zip(values, spreads, strict=True)]
+            any_noisy = any_noisy or any(noisy)
+            bars = ax.barh(ys, values, height=width, color=colour[column], capsize=2,
+                           xerr=[e or 0.0 for e in spreads])
+            for bar, flag in zip(bars, noisy, strict=True):
+                if flag:
+                    bar.set_hatch("///")
+                    bar.set_edgecolor("black")
         ax.set_yticks(range(len(names)), names, fontsize=8)
         ax.set_ylim(len(names) - 0.5, -0.5)
-        ax.set_xlabel("(no unit)" if unit == "1" else unit)
+        label = axis_label(unit)
         values = part["value"]
         if (values > 0).all() and values.max() / values.min() > 100:
             ax.set_xscale("log")
+            label += ", log scale"
+        ax.set_xlabel(label)
         ax.grid(axis="x", alpha=0.3)
-    axes[0, 0].set_title(f"{workload}: every machine side by side (whiskers: spread)")
-    fig.legend(handles=[Patch(color=colour[c], label=c) for c in columns], fontsize=8,
-               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=1, title="machine")
+    where = (f"{len(machines)} machines side by side" if len(machines) > 1
+             else "one machine")
+    axes[0, 0].set_title(f"{workload}: {where} (whiskers: spread)")
+    handles = [Patch(color=colour[c], label=c) for c in columns]
+    if any_noisy:
+        handles.append(Patch(facecolor="white", edgecolor="black", hatch="///",
+                             label=f"noisy: spread above {NOISY_SPREAD:.0%} of the value"))
+    fig.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=1, title="machine" if len(machines) == 1 else "machines")
     fig.tight_layout()
     return fig
+
+
+def plot_alt(docs: Sequence[dict[str, Any]], workload: str) -> str:
+    """Alt text for :func:`plot_workload`'s figure (appendix): what it shows, in words."""
+    units = plot_panels(docs, workload)
+    if not units:
+        return f"No plot of the {workload} workload: nothing in the result files to compare."
+    long = _long(docs, workload)
+    long = long[long["unit"].isin(units)]
+    machines = list(dict.fromkeys(long["machine"]))
+    who = (f"one machine, {machines[0]}" if len(machines) == 1
+           else f"{len(machines)} machines side by side: {', '.join(machines)}")
+    panels = "; ".join(
+        f"{axis_label(u)}: {', '.join(dict.fromkeys(long[long['unit'] == u]['figure']))}"
+        for u in units)
+    noisy = [f"{r.figure} ({r.machine})" for r in long.itertuples()
+             if is_noisy(r.value, r.spread if pd.notna(r.spread) else None)]
+    text = f"Bar chart of the {workload} workload measured on {who}. Panels: {panels}."
+    return text + (f" Hatched as noisy: {', '.join(noisy)}." if noisy else " No bar is noisy.")
+
+
+def show_figure(fig: Any, alt: str) -> None:
+    """Display a matplotlib figure with alt text, and close it (appendix).
+
+    The output carries the PNG (what Jupyter and Colab show) and the same image as an HTML
+    ``<img alt=...>``, which the built book prefers, so a screen reader hears ``alt``.
+    """
+    import base64
+    import html
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError(f"alt must be a sentence saying what the figure shows, not {alt!r}")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight", dpi=100)
+    plt.close(fig)
+    png = base64.b64encode(buffer.getvalue()).decode("ascii")
+    markup = (f'<img src="data:image/png;base64,{png}" alt="{html.escape(alt)}" '
+              'style="max-width: 100%">')
+    display({"image/png": png, "text/html": markup, "text/plain": alt}, raw=True)
 
 
 _MATMUL_RATE = re.compile(r"^(?P<mode>fp32|tf32|bf16|fp16)_tflops_n(?P<size>\d+)$")
 
 
 def peak_share_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """What share of its device's dense peak each accelerator matmul reached: one row per (appendix)
-    (format, size), one column per GPU machine; empty where the book knows no peak for that
+    """What share of its device's dense peak each accelerator matmul reached (appendix): one
+    row per (format, size), one column per GPU machine; empty where the book knows no peak for that
     GPU and format (``helpers.timing.peak_tflops`` returns None)."""
     from helpers import timing  # noqa: PLC0415
 
+    _check_docs(docs)
     columns: dict[str, dict[tuple[str, int], float | None]] = {}
     for label, doc in zip(machine_labels(docs), docs, strict=True):
         if not doc["machine"].get("gpu_count"):
@@ -438,17 +658,18 @@ def peak_share_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _time_or_rate(unit: str) -> int:
-    """+1 for a time (smaller is faster), -1 for a rate (larger is faster), 0 otherwise (appendix)."""
+    """+1 for a time (smaller is faster), -1 for a rate (larger is faster), 0 otherwise."""
     if unit in ("s", "ms", "us"):
         return 1
     return -1 if unit.endswith("/s") else 0
 
 
 def speedup_table(docs: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    """Each GPU machine's speed-up over its own host CPU: one row per figure the workloads (appendix)
-    measure on both (``cpu_<name>`` on the CPU against ``<name>`` or ``gpu_<name>`` on the
+    """Each GPU machine's speed-up over its own host CPU (appendix): one row per figure the
+    workloads measure on both (``cpu_<name>`` on the CPU against ``<name>`` or ``gpu_<name>`` on the
     GPU, same unit), one column per GPU machine. A time is divided CPU over GPU, a rate GPU
     over CPU, so above 1 means the GPU is faster."""
+    _check_docs(docs)
     columns: dict[str, dict[tuple[str, str], float]] = {}
     for label, doc in zip(machine_labels(docs), docs, strict=True):
         if not doc["machine"].get("gpu_count"):
