@@ -52,3 +52,29 @@ def built_book(request: pytest.FixtureRequest) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return HTML
+
+
+@pytest.fixture(scope="module")
+def real_root() -> Path:
+    """The folder holding the real, MD5-checked MNIST files (``make data`` fetched them)."""
+    from helpers.data import DataError, data_dir, verify_mnist
+
+    try:
+        verify_mnist()
+    except DataError as exc:  # pragma: no cover - the Makefile fetches it first
+        pytest.fail(f"MNIST is not fetched: {exc}")
+    return data_dir()
+
+
+@pytest.fixture
+def copy_root(tmp_path: Path, real_root: Path) -> Path:
+    """A private copy of the MNIST files, for tests that damage or move them."""
+    import shutil
+
+    from helpers.data import MNIST_FILES
+
+    raw = tmp_path / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in MNIST_FILES:
+        shutil.copy(real_root / "MNIST" / "raw" / name, raw / name)
+    return tmp_path

@@ -4,51 +4,11 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
 from bench import __main__ as runner
-from bench import core, schema
-from bench.core import Figure
-
-
-@pytest.fixture
-def bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    """A registry holding two fake workloads, with results/ redirected to a temporary folder.
-
-    Returns a namespace: ``calls`` counts runs, ``fail`` makes ``beta`` raise, ``results`` is
-    the folder a full run writes to by default.
-    """
-    monkeypatch.setattr(core, "WORKLOADS", {})
-    monkeypatch.setattr(runner, "load_workload_modules", lambda package=None: [])
-    results = tmp_path / "results"
-    monkeypatch.setenv("BOOK_RESULTS_DIR", str(results))
-    monkeypatch.setattr(core, "book_root", lambda: tmp_path)  # the checkout holding _build/
-
-    class State:
-        calls = 0
-        fail: BaseException | None = None
-
-    state = State()
-    state.results = results
-    state.scratch = tmp_path / "_build" / "bench"
-
-    @core.workload("alpha", 3, "A fake matrix multiply.")
-    def alpha(device, *, quick):
-        state.calls += 1
-        return [Figure("product time", 0.5 if quick else 1.0 + state.calls, "s", str(device),
-                       spread=0.01),
-                Figure("throughput", 2.0, "TFLOP/s", "cpu")]
-
-    @core.workload("beta", "appendix")
-    def beta(device, *, quick):
-        """A fake training loop."""
-        if state.fail is not None:
-            raise state.fail
-        return [Figure("epoch time", 3.0, "s", str(device), note="fake")]
-
-    return state
+from bench import schema
 
 
 def run(*argv: str) -> int:

@@ -83,12 +83,12 @@ def test_quick_workloads_on_the_last_gpu(workload) -> None:
 
 
 
-def test_importing_the_module_registers_the_workload() -> None:
+def test_importing_the_recipes_module_registers_its_workload() -> None:
     assert core.WORKLOADS["recipes"].fn is bench_recipes.run
     assert core.WORKLOADS["recipes"].chapter == 12
 
 
-def test_quick_run_on_cpu() -> None:
+def test_recipes_quick_run_on_cpu() -> None:
     figures = bench_recipes.run(torch.device("cpu"), quick=True)
     names = [f.name for f in figures]
     assert len(names) == len(set(names)), names

@@ -1,4 +1,3 @@
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,24 +14,6 @@ from helpers.data import (
     mnist_tensors,
     verify_mnist,
 )
-
-
-@pytest.fixture(scope="module")
-def real_root() -> Path:
-    try:
-        verify_mnist()
-    except DataError as exc:  # pragma: no cover - the Makefile fetches it first
-        pytest.fail(f"MNIST is not fetched: {exc}")
-    return data.data_dir()
-
-
-@pytest.fixture
-def copy_root(tmp_path, real_root) -> Path:
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for name in MNIST_FILES:
-        shutil.copy(real_root / "MNIST" / "raw" / name, raw / name)
-    return tmp_path
 
 
 def test_real_mnist_is_verified(real_root):

