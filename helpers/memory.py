@@ -44,6 +44,7 @@ __all__ = [
     "make_optimizer",
     "plot_step_memory",
     "measure_step_peak",
+    "measurable",
     "measure_training_peak",
     "predict_training_memory",
     "read_oom_message",
@@ -54,7 +55,9 @@ __all__ = [
 
 MiB = 2**20
 
-#: The CUDA caching allocator rounds every request up to a multiple of 512 bytes.
+#: The CUDA caching allocator rounds every request up to a multiple of 512 bytes
+#: (``kMinBlockSize`` in c10). Requests over 1 MiB may get a whole cached block up to 1 MiB
+#: larger: it splits a large block only when more than 1 MiB would remain.
 CUDA_BLOCK = 512
 
 #: The optimizers :func:`predict_training_memory` knows by name, with the settings the
@@ -520,8 +523,8 @@ def measure_training_peak(
     Builds ``model()`` on ``device`` with random inputs and class targets, runs one step (which
     creates the optimizer state), frees the gradients, then measures one more step. Returns
     the bytes alive at its peak: on a CUDA GPU ``max_memory_allocated(device)`` less what was
-    allocated before the model was built (so the cuBLAS workspace the first step creates is
-    included); on the CPU the storages of the model, optimizer state and batch plus the peak
+    allocated before the model was built (after cuBLAS has made the workspace it keeps for
+    the process; scratch space cuDNN takes during a call is included); on the CPU the storages of the model, optimizer state and batch plus the peak
     the profiler records (:func:`measure_step_peak`).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -530,7 +533,16 @@ def measure_training_peak(
     if device.type not in ("cpu", "cuda"):
         raise ValueError(f"measure_training_peak measures on 'cpu' or a CUDA GPU, not "
                          f"{device}: other devices keep no peak statistics")
-    baseline = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    baseline = 0
+    if device.type == "cuda":
+        # cuBLAS takes its workspace from the caching allocator at the first matrix product
+        # on a device and keeps it for the process: create it before the baseline, so every
+        # configuration measures its own step, whichever runs first
+        w = torch.ones(8, 8, device=device, requires_grad=True)
+        nn.functional.linear(w, w, w[0]).sum().backward()
+        del w
+        torch.cuda.synchronize(device)
+        baseline = torch.cuda.memory_allocated(device)
     torch.manual_seed(seed)
     net = model().to(device).train()
     opt = make_optimizer(optimizer, net.parameters(),
@@ -559,6 +571,18 @@ def measure_training_peak(
     return start + increase
 
 
+def measurable(device: torch.device | str) -> torch.device:
+    """The device whose peak memory can be measured: ``device`` itself on a CUDA GPU and on
+    the CPU, the CPU elsewhere (chapter 13).
+
+    Only CUDA's caching allocator (``max_memory_allocated``) and the CPU profiler record a
+    peak; ``mps`` reports what is allocated now (``torch.mps.current_allocated_memory()``,
+    and ``torch.mps.driver_allocated_memory()`` for all Metal holds), not the highest value.
+    """
+    device = torch.device(device)
+    return device if device.type in ("cpu", "cuda") else torch.device("cpu")
+
+
 def _storage_bytes(tensors: Iterable[Any]) -> int:
     found: dict[int, int] = {}
     for t in tensors:
@@ -576,7 +600,9 @@ _OOM_PARTS = [
      "all memory of the GPU", "torch.cuda.mem_get_info(device)[1]"),
     ("free", rf"of which {_SIZE} is free",
      "what the driver has left for anyone", "torch.cuda.mem_get_info(device)[0]"),
-    ("process N", rf"Process \d+ has {_SIZE} memory in use",
+    # one "Process N has ..." per other process on the GPU (every process, this one
+    # included, in a container where NVML cannot match process ids)
+    ("process {pid}", rf"Process (\d+) has {_SIZE} memory in use",
      "another program on the GPU, or this one inside a container", "nvidia-smi"),
     ("this process", rf"this process has {_SIZE} memory in use",
      "everything this process holds: CUDA context, allocator, libraries",
@@ -585,6 +611,9 @@ _OOM_PARTS = [
      "the cap set with torch.cuda.set_per_process_memory_fraction", "fraction * total"),
     ("allocated by PyTorch", rf"{_SIZE} is allocated by PyTorch",
      "live tensors", "torch.cuda.memory_allocated(device)"),
+    ("in private pools", rf"with {_SIZE} allocated in private pools",
+     "part of the above held by CUDA graphs' private pools",
+     "torch.cuda.memory_stats(device)"),
     ("reserved but unallocated", rf"{_SIZE} is reserved by PyTorch but unallocated",
      "cached blocks no tensor uses (freed tensors, fragments)",
      "torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)"),
@@ -594,9 +623,10 @@ _OOM_PARTS = [
 def read_oom_message(message: str) -> pd.DataFrame:
     """Split a CUDA out-of-memory message into its figures (chapter 13).
 
-    One row per part the message has (tried to allocate, total capacity, free, other
-    processes, this process, allocated by PyTorch, reserved but unallocated) with its size in
-    MiB, what it means and the statistic that gives it in a running program.
+    One row per part the message has (tried to allocate, total capacity, free, one row
+    ``process <pid>`` per process it names, this process, allowed, allocated by PyTorch,
+    in private pools, reserved but unallocated) with its size in MiB, what it means and the
+    statistic that gives it in a running program.
     """
     if not isinstance(message, str) or "out of memory" not in message:
         raise ValueError("read_oom_message needs the text of a CUDA out-of-memory error, such "
@@ -604,10 +634,10 @@ def read_oom_message(message: str) -> pd.DataFrame:
                          f"{str(message)[:60]!r}")
     rows = []
     for part, pattern, meaning, statistic in _OOM_PARTS:
-        found = re.search(pattern, message)
-        if found:
-            size = float(found.group(1)) * _UNITS[found.group(2)]
-            rows.append({"part": part, "MiB": size / MiB, "means": meaning,
+        for found in re.finditer(pattern, message):
+            *pid, number, unit = found.groups()
+            rows.append({"part": part.format(pid=pid[0] if pid else ""),
+                         "MiB": float(number) * _UNITS[unit] / MiB, "means": meaning,
                          "statistic": statistic})
     if not rows:
         raise ValueError("no sizes found in the message: pass the whole text of the error")

@@ -27,7 +27,7 @@ def test_memory_quick_on_cpu() -> None:
         ratio = got[f"{name}_measured_over_predicted"]
         assert pred.unit == real.unit == "MiB" and ratio.unit == "x"
         assert math.isclose(ratio.value, real.value / pred.value, rel_tol=1e-12)
-        # measured on the CPU: to the byte, checkpointing within 0.05%
+        # measured on the CPU: most to the byte, checkpointing and quick sizes within 0.5%
         assert abs(ratio.value - 1) < 0.005, (name, ratio.value)
     for fig in figures:
         assert fig.device == "cpu" and fig.note.startswith("quick run"), fig

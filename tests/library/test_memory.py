@@ -13,6 +13,7 @@ from helpers.memory import (
     CUDA_BLOCK,
     WideMLP,
     make_optimizer,
+    measurable,
     measure_step_peak,
     measure_training_peak,
     predict_training_memory,
@@ -106,10 +107,18 @@ def test_predicted_peak_against_the_cpu_profiler(build, shape, kw) -> None:
     batch = kw.pop("batch", 64)
     pred = predict_training_memory(build, shape, batch, round_to=1, **kw)
     real = measure_training_peak(build, shape, batch, "cpu", **kw)
-    # measured on the CPU: equal to the byte, checkpointing within 0.05%. The CNN at batch
-    # 256 as in chapter 13: at batch 64 the CPU's convolution kernels allocate scratch
-    # space the prediction cannot see (measured 0.6% and 1.9% above it)
-    assert abs(real / pred.peak - 1) < 0.005, (real, pred.peak)
+    # measured on the CPU: the MLP to the byte, apart from the one-number tensors Adam's
+    # step makes on the CPU when the peak falls in step() (12 bytes here; at the
+    # chapter's sizes the peak is in backward and the match exact); checkpointing within
+    # 0.1% (its recomputation allocates a few small tensors more). The CNN at batch 256 as in
+    # chapter 13: at batch 64 the CPU's convolution kernels allocate scratch space the
+    # prediction cannot see (measured 0.6% and 1.9% above it)
+    if build is MnistCNN:
+        assert abs(real / pred.peak - 1) < 0.005, (real, pred.peak)
+    elif build.keywords.get("checkpoint"):
+        assert abs(real / pred.peak - 1) < 0.001, (real, pred.peak)
+    else:
+        assert 0 <= real - pred.peak <= 64, (real, pred.peak)
 
 
 def test_checkpointing_saves_activations_and_keeps_the_gradient() -> None:
@@ -148,10 +157,45 @@ OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. 
 
 def test_read_oom_message() -> None:
     table = read_oom_message(OOM)
-    assert list(table.index) == ["tried to allocate", "total capacity", "free", "process N",
-                                 "allocated by PyTorch", "reserved but unallocated"]
+    assert list(table.index) == ["tried to allocate", "total capacity", "free",
+                                 "process 26021", "allocated by PyTorch",
+                                 "reserved but unallocated"]
     assert table.loc["tried to allocate", "MiB"] == 2048
     assert table.loc["reserved but unallocated", "MiB"] == 560
+
+
+# torch 2.14.1's wording (libc10_cuda.so): other processes each get a "Process N has",
+# this one "Including non-PyTorch memory, this process has"; a cap adds "X allowed;",
+# CUDA graphs "with X allocated in private pools"; sizes <= 1 KiB are "N bytes"
+FULL_OOM = ("CUDA out of memory. Tried to allocate 512 bytes. GPU 1 has a total capacity of "
+            "79.19 GiB of which 3.50 MiB is free. Process 4242 has 8.20 GiB memory in use. "
+            "Process 4243 has 1.00 GiB memory in use. Including non-PyTorch memory, this "
+            "process has 69.98 GiB memory in use. 2.00 GiB allowed; Of the allocated "
+            "memory 1.50 GiB is allocated by PyTorch, with 256.00 MiB allocated in private "
+            "pools (e.g., CUDA Graphs), and 12.50 KiB is reserved by PyTorch but "
+            "unallocated. If reserved but unallocated memory is large try setting "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.")
+
+
+def test_read_oom_message_every_part() -> None:
+    table = read_oom_message(FULL_OOM)
+    assert list(table.index) == ["tried to allocate", "total capacity", "free",
+                                 "process 4242", "process 4243", "this process", "allowed",
+                                 "allocated by PyTorch", "in private pools",
+                                 "reserved but unallocated"]
+    mib = table["MiB"]
+    assert mib["tried to allocate"] == 512 / 2**20
+    assert mib["process 4242"] == pytest.approx(8.2 * 1024)
+    assert mib["process 4243"] == 1024
+    assert mib["allowed"] == 2048 and mib["in private pools"] == 256
+    assert mib["reserved but unallocated"] == 12.5 / 1024
+
+
+def test_measurable_devices() -> None:
+    assert measurable("cuda:1") == torch.device("cuda:1")
+    assert measurable(torch.device("cpu")) == torch.device("cpu")
+    assert measurable("mps") == torch.device("cpu")
+    assert measurable("meta") == torch.device("cpu")
 
 
 def bad_init() -> nn.Module:
