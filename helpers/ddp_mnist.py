@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -79,12 +80,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("runs/ddp_mnist"),
                         help="folder for the checkpoint, summary.json and rank<N>.json")
+    if isinstance(argv, (str, bytes)):
+        raise TypeError(f"argv must be a list of arguments such as ['--epochs', '2'], got the "
+                        f"string {argv!r} (split it with shlex.split)")
     args = parser.parse_args(argv)
     if args.epochs < 1 or args.batch_size < 1:
-        parser.error("--epochs and --batch-size must be at least 1")
+        parser.error("--epochs and --batch-size must be at least 1, got "
+                     f"{args.epochs} and {args.batch_size}")
     for name in ("train_subset", "val_subset"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got "
+                         f"{getattr(args, name)}")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        parser.error(f"--lr must be a positive learning rate such as 0.05, got {args.lr}")
+    for name in ("momentum", "dropout"):
+        if not 0 <= getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 0 and below 1, got {getattr(args, name)}")
+    if args.out.exists() and not args.out.is_dir():
+        parser.error(f"--out {args.out} is a file: give a folder for the checkpoint and "
+                     "the result files")
     return args
 
 
@@ -95,6 +109,14 @@ def mnist_split(device: torch.device | str = "cpu", *, train_subset: int | None 
     val_y)``, where validation is the last ``MNIST_VAL_SIZE`` of MNIST's 60,000 training
     images and training the rest, so the test images stay unseen. ``train_subset`` /
     ``val_subset`` keep the first N images of each part, as ``mnist_loaders`` does."""
+    for name, value in (("train_subset", train_subset), ("val_subset", val_subset)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be a whole number of images (or None for all), "
+                            f"got {value!r} ({type(value).__name__})")
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1 image (or None for all), got {value}")
     images, labels = mnist_tensors(train=True, device=device)
     n_train = len(labels) - MNIST_VAL_SIZE
     n_val = MNIST_VAL_SIZE if val_subset is None else min(val_subset, MNIST_VAL_SIZE)
@@ -108,6 +130,14 @@ def mnist_split(device: torch.device | str = "cpu", *, train_subset: int | None 
 def weights_fingerprint(model: nn.Module) -> dict[str, float | str]:
     """SHA-256 of every parameter's bytes (on the CPU) and their sum: equal fingerprints
     mean bit-for-bit equal weights (chapter 7)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"weights_fingerprint takes an nn.Module, got {type(model).__name__}: "
+                        "load a state_dict into its model first (model.load_state_dict)")
+    on_meta = [name for name, p in model.named_parameters() if p.is_meta]
+    if on_meta:
+        raise ValueError(f"{on_meta[0]} (and {len(on_meta) - 1} more) is on the meta device, "
+                         "which holds no values to fingerprint: give the model real weights "
+                         "first (model.to_empty(device=...) and load_state_dict)")
     digest = hashlib.sha256()
     total = 0.0
     for name, p in model.named_parameters():
@@ -147,6 +177,13 @@ def main(argv: list[str] | None = None) -> dict:
     rank = dist.get_rank()
     out = args.out
     try:
+        try:  # before training, not after it: a bad --out must not cost a run
+            out.mkdir(parents=True, exist_ok=True)
+            (out / f".rank{rank}-write-test").touch()
+            (out / f".rank{rank}-write-test").unlink()
+        except OSError as err:
+            raise SystemExit(f"cannot write into --out {out} ({err.strerror}): give a folder "
+                             "you can write") from None
         _log(rank, f"{world} processes, backend {backend}, each on {device.type}; "
                    f"batch {args.batch_size} per process = {args.batch_size * world} per step")
 

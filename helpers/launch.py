@@ -13,7 +13,10 @@ Introduced in chapter 7 (Data parallelism), used again in chapter 10 (Trainers):
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import math
 import os
 import queue
 import signal
@@ -49,6 +52,52 @@ _CAUSES = {
 }
 
 
+def _check_nproc(nproc: object, *, allow_none: bool = False) -> None:
+    if allow_none and nproc is None:
+        return
+    if isinstance(nproc, bool) or not isinstance(nproc, int):
+        raise TypeError(f"nproc must be a whole number of processes such as 2, got {nproc!r} "
+                        f"({type(nproc).__name__})"
+                        + ("; or None for one plain process" if allow_none else ""))
+    if nproc < 1:
+        raise ValueError(f"nproc must be at least 1, got {nproc}: give the number of "
+                         "processes to start (one per GPU, or 2 on the CPU)")
+
+
+def _check_seconds(name: str, value: object, *, zero_ok: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, got {value!r} "
+                        f"({type(value).__name__})")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+        raise ValueError(f"{name} must be {'non-negative' if zero_ok else 'positive'} "
+                         f"seconds, got {value}")
+
+
+def _check_program(program: object, cwd: str | Path | None = None) -> list[str]:
+    """``program`` as a list of strings; a script it names must exist."""
+    if isinstance(program, (str, bytes, Path)):
+        raise TypeError(f"program must be a list of arguments, such as [{str(program)!r}] or "
+                        f"['-m', 'module'], got the single {type(program).__name__} "
+                        f"{str(program)!r}")
+    try:
+        args = [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in program]
+    except TypeError:
+        raise TypeError(f"program must be a list of arguments, got {program!r}") from None
+    if not args:
+        raise ValueError("program is empty: give a script path or ['-m', 'module']")
+    if args[0] == "-m":
+        if len(args) < 2 or not args[1]:
+            raise ValueError(f"program {args} has '-m' but no module name after it")
+    elif not args[0].startswith("-"):
+        script = Path(cwd or ".") / args[0]
+        if not script.is_file():
+            what = "a folder" if script.is_dir() else "not found"
+            raise FileNotFoundError(f"program's script {args[0]!r} is {what} (looked in "
+                                    f"{Path(cwd or '.').resolve()}): give the path of a "
+                                    "Python file, or ['-m', 'module'] for a module")
+    return args
+
+
 def torchrun_command(nproc: int, program: list[str], *,
                      log_dir: str | Path | None = None) -> list[str]:
     """``python -m torch.distributed.run --standalone --nproc-per-node N <program>``: torchrun
@@ -57,9 +106,16 @@ def torchrun_command(nproc: int, program: list[str], *,
     ``log_dir`` is passed as ``--log-dir``: without it torchrun makes a ``torchelastic_*``
     folder in the system's temporary directory for every run and never removes it.
     """
+    _check_nproc(nproc)
+    if isinstance(program, (str, bytes)) or not list(program):
+        raise ValueError(f"program must be a non-empty list of arguments, such as "
+                         f"['script.py'] or ['-m', 'module'], got {program!r}")
+    if log_dir is not None and Path(log_dir).exists() and not Path(log_dir).is_dir():
+        raise NotADirectoryError(f"log_dir {str(log_dir)!r} is a file: give a folder (or "
+                                 "None) for torchrun's logs")
     logs = [] if log_dir is None else ["--log-dir", str(log_dir)]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(nproc), *logs, *program]
+            "--nproc-per-node", str(nproc), *logs, *map(str, program)]
 
 
 def _likely_causes(output: str, timed_out: bool) -> list[str]:
@@ -132,11 +188,14 @@ def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: flo
     the likely causes. ``program`` is ``["-m", "module", args...]`` or ``["script.py", ...]``.
     torchrun's log folder is a temporary one, removed when the run ends.
     """
-    if nproc < 1:
-        raise ValueError(f"nproc must be at least 1, got {nproc}")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive seconds, got {timeout}")
-    program = list(map(str, program))
+    _check_nproc(nproc)
+    _check_seconds("timeout", timeout)
+    _check_seconds("grace", grace, zero_ok=True)
+    program = _check_program(program, cwd)
+    env = _check_env(env)
+    if cwd is not None and not Path(cwd).is_dir():
+        raise NotADirectoryError(f"cwd {str(cwd)!r} is not a folder: give the folder the "
+                                 "workers should start in, or None for this one")
     shown = " ".join(["torchrun --standalone --nproc-per-node", str(nproc), *program])
     run_env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     with tempfile.TemporaryDirectory(prefix="torchrun-logs-") as logs:
@@ -148,6 +207,19 @@ def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: flo
         causes = "\n".join(f"  - {c}" for c in _likely_causes(output, timed_out))
         raise LaunchError(f"{what} ({shown}). Likely causes:\n{causes}")
     return output
+
+
+def _check_env(env: object) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of environment variables, got {env!r}")
+    bad = {k: v for k, v in env.items() if not (isinstance(k, str) and isinstance(v, str))}
+    if bad:
+        raise TypeError(f"env's names and values must be strings, got {bad!r}: write "
+                        "numbers as strings, e.g. {'NCCL_DEBUG': 'INFO', 'OMP_NUM_THREADS': "
+                        "'1'}")
+    return env
 
 
 def _run_and_watch(command: list[str], env: dict[str, str], cwd: str | Path | None,
@@ -216,16 +288,58 @@ def _run_and_watch(command: list[str], env: dict[str, str], cwd: str | Path | No
 def run_ddp(nproc: int, backend: str, out: str | Path, *extra: object,
             timeout: float = 600.0) -> dict:
     """Train with ``torchrun -m helpers.ddp_mnist`` on ``nproc`` processes, printing the
-    output live, and return rank 0's summary (chapter 7). Raises ``LaunchError` after
-    ``timeout`` seconds or on failure."""
-    program = ["-m", "helpers.ddp_mnist", "--backend", backend, "--out", str(out), *extra]
-    print("$ torchrun --standalone --nproc-per-node", nproc, *map(str, program), flush=True)
+    output live, and return rank 0's summary (chapter 7). Raises ``LaunchError`` after
+    ``timeout`` seconds or on failure.
+
+    The arguments are checked here, before any process starts: ``backend`` is ``"gloo"``
+    or ``"nccl"`` (one CUDA GPU per process), ``out`` a folder (made if missing) that this
+    user can write, and ``extra`` the script's other options (``--epochs 2`` ...).
+    """
+    from helpers.ddp_mnist import SUMMARY_NAME, parse_args
+
+    _check_nproc(nproc)
+    _check_seconds("timeout", timeout)
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"backend {backend!r} is not one this script runs: use 'gloo' (CPU "
+                         "processes) or 'nccl' (one CUDA GPU per process)")
+    if backend == "nccl":
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if gpus < nproc:
+            raise ValueError(f"backend 'nccl' needs one CUDA GPU per process: {nproc} "
+                             f"processes, {gpus} GPU(s) here. Start at most {gpus} "
+                             "processes, or use backend 'gloo' on the CPU")
+    program = ["-m", "helpers.ddp_mnist", "--backend", backend, "--out", str(out),
+               *map(str, extra)]
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):  # the script's own checks, here, not per rank
+            parse_args(program[2:])
+    except SystemExit:
+        reason = said.getvalue().strip().splitlines()[-1:] or ["invalid options"]
+        raise ValueError(f"helpers.ddp_mnist refuses the options {program[2:]}: "
+                         f"{reason[0]}") from None
+    _writable_folder(Path(out))
+    print("$ torchrun --standalone --nproc-per-node", nproc, *program, flush=True)
     start = time.perf_counter()
     launch(nproc, program, timeout=timeout)
     print(f"(wall time including process start-up: {time.perf_counter() - start:.1f} s)")
-    from helpers.ddp_mnist import SUMMARY_NAME
-
     return json.loads((Path(out) / SUMMARY_NAME).read_text())
+
+
+def _writable_folder(out: Path) -> None:
+    """Make ``out`` if missing; refuse a file, or a folder this user cannot write."""
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"out {str(out)!r} is a file: give a folder for the "
+                                 "checkpoint and the result files")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as err:
+        raise PermissionError(f"cannot write into out folder {str(out)!r} ({err.strerror}): "
+                              "give a folder you can write") from None
 
 
 def run_for_results(program: list[str], *, nproc: int | None = None, timeout: float = 300.0,
@@ -238,13 +352,9 @@ def run_for_results(program: list[str], *, nproc: int | None = None, timeout: fl
     with a time limit, one CPU thread per process and a clean stop. A failure raises
     :class:`LaunchError` with the end of the output.
     """
-    if nproc is not None and nproc < 1:
-        raise ValueError(f"nproc must be at least 1 (or None for one plain process), got {nproc}")
-    if timeout <= 0:
-        raise ValueError(f"timeout must be positive seconds, got {timeout}")
-    program = list(map(str, program))
-    if not program:
-        raise ValueError("program is empty: give a script path or ['-m', 'module']")
+    _check_nproc(nproc, allow_none=True)
+    _check_seconds("timeout", timeout)
+    program = _check_program(program)
     with tempfile.TemporaryDirectory(prefix="run-results-") as out:
         if nproc is not None:
             launch(nproc, [*program, "--out", out], timeout=timeout, echo=echo)
@@ -261,4 +371,11 @@ def run_for_results(program: list[str], *, nproc: int | None = None, timeout: fl
         if not files:
             raise LaunchError(f"{' '.join(program)} finished but wrote no result file into "
                               "its --out folder")
-        return [json.loads(f.read_text()) for f in files]
+        results = []
+        for f in files:
+            try:
+                results.append(json.loads(f.read_text()))
+            except (ValueError, UnicodeDecodeError) as err:
+                raise LaunchError(f"{' '.join(program)} wrote {f.name}, which is not JSON "
+                                  f"({err}): each process must write one JSON file") from None
+        return results
