@@ -3,7 +3,8 @@ Turing (compute capability 7.x, such as Colab's T4), so the chapter's comparison
 formats is not empty there. Stand-in CUDA backends play the GPUs; every question is asked about
 the named GPU, not the current one.
 
-These supersede the last test of test_bench_matmul_regression.py, which expects a T4 to run
+These supersede tests/library/test_matmul.py's
+test_supported_modes_asks_about_the_named_gpu_not_the_current_one, which expects a T4 to run
 fp32 only and patches no device count (a device that does not exist is now refused)."""
 
 from __future__ import annotations

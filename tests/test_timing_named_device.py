@@ -2,8 +2,8 @@
 refuses devices this machine does not have: a stand-in CUDA backend with two GPUs plays the
 machine, and the checked-free inner wait (``timing._synchronize``) is recorded.
 
-These replace test_timing.py's two clock tests, which patch ``timing.synchronize`` on a machine
-without CUDA (the clock now calls the unchecked ``_synchronize``, and ``cuda:1`` must exist)."""
+These replace the two clock tests of tests/library/test_timing.py, which patch
+``timing.synchronize`` on a machine without CUDA (the clock now calls the unchecked ``_synchronize``, and ``cuda:1`` must exist)."""
 
 from __future__ import annotations
 
