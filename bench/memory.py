@@ -22,6 +22,7 @@ from bench.core import Figure, workload
 from helpers.memory import (
     CUDA_BLOCK,
     WideMLP,
+    measurable,
     measure_training_peak,
     predict_training_memory,
 )
@@ -52,9 +53,7 @@ def configurations(device: torch.device, quick: bool = False) -> dict[str, tuple
 @workload("memory", chapter=13)
 def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
     """Predicted (meta device) against measured peak memory of one training step."""
-    device = torch.device(device)
-    if device.type not in ("cpu", "cuda"):
-        device = torch.device("cpu")  # only these keep statistics a peak can be read from
+    device = measurable(device)  # only CUDA and the CPU record a peak; elsewhere the CPU
     tag = "quick run: " if quick else ""
     round_to = CUDA_BLOCK if device.type == "cuda" else 1
     dev = str(device)

@@ -107,9 +107,8 @@ def test_predicted_peak_against_the_cpu_profiler(build, shape, kw) -> None:
     batch = kw.pop("batch", 64)
     pred = predict_training_memory(build, shape, batch, round_to=1, **kw)
     real = measure_training_peak(build, shape, batch, "cpu", **kw)
-    # measured on the CPU: the MLP to the byte, apart from the one-number tensors Adam's
-    # step makes on the CPU when the peak falls in step() (12 bytes here; at the
-    # chapter's sizes the peak is in backward and the match exact); checkpointing within
+    # measured on the CPU: the MLP within 64 bytes (one-number tensors of the loss and of
+    # Adam's step on the CPU: 12 bytes here, 40 bytes at chapter 13's sizes); checkpointing within
     # 0.1% (its recomputation allocates a few small tensors more). The CNN at batch 256 as in
     # chapter 13: at batch 64 the CPU's convolution kernels allocate scratch space the
     # prediction cannot see (measured 0.6% and 1.9% above it)
@@ -118,7 +117,7 @@ def test_predicted_peak_against_the_cpu_profiler(build, shape, kw) -> None:
     elif build.keywords.get("checkpoint"):
         assert abs(real / pred.peak - 1) < 0.001, (real, pred.peak)
     else:
-        assert 0 <= real - pred.peak <= 64, (real, pred.peak)
+        assert abs(real - pred.peak) <= 64, (real, pred.peak)
 
 
 def test_checkpointing_saves_activations_and_keeps_the_gradient() -> None:
