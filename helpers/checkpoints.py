@@ -123,12 +123,13 @@ def _as_path(path: Any, function: str) -> Path:
 
 def _check_extra(extra: Mapping[str, Any], path: Path) -> None:
     for key, value in extra.items():
-        # The same test load_checkpoint's weights_only=True load applies, on this value alone.
+        # The same test load_checkpoint's weights_only=True load applies, on this value alone;
+        # read back onto the CPU, so a GPU tensor among the extras is not copied on the GPU.
         buffer = io.BytesIO()
         try:
             torch.save(value, buffer)
             buffer.seek(0)
-            torch.load(buffer, weights_only=True)
+            torch.load(buffer, map_location="cpu", weights_only=True)
         except Exception as exc:  # pickling or the weights-only unpickler refused it
             raise CheckpointError(
                 f"cannot save {path}: the extra value {key}={value!r:.80} "

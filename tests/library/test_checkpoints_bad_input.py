@@ -369,3 +369,18 @@ def test_strip_prefixes_edge_cases(state, expected):
 def test_unwrap_needs_a_model(bad):
     with pytest.raises(TypeError, match=f"nn.Module.*{type(bad).__name__}"):
         unwrap(bad)
+
+
+def test_extras_are_read_back_on_the_cpu_when_checked(tmp_path, monkeypatch):
+    # The weights-only test of each extra loads it back; on the CPU, so an optimizer state or
+    # a metric tensor on the GPU is not copied a second time into GPU memory.
+    seen = []
+    real_load = torch.load
+
+    def recording_load(*args, **kwargs):
+        seen.append(kwargs.get("map_location"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.torch, "load", recording_load)
+    save_checkpoint(nn.Linear(2, 2), tmp_path / "m.pt", scale=torch.ones(3), epoch=1)
+    assert seen == ["cpu", "cpu"]
