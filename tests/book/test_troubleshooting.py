@@ -12,7 +12,7 @@ with how it is raised or why it cannot be, and the page's last line of the entry
   of its Python sources (where the varying parts must meet the template's placeholders), or
   the CUDA runtime's own error strings, asked from ``libcudart`` live.
 
-``tests/test_troubleshooting_gpu.py`` reproduces the CUDA-only and MPS-only messages on such a
+``tests/book/test_troubleshooting_gpu.py`` reproduces the CUDA-only and MPS-only messages on such a
 machine. A failing check names the entry and prints what PyTorch prints now.
 """
 
@@ -44,7 +44,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import ROOT
+
 PAGE = ROOT / "chapters" / "09_troubleshooting.md"
 SITE = Path(torch.__file__).resolve().parents[1]  # site-packages
 TORCH = SITE / "torch"
@@ -483,7 +484,7 @@ SUBPROCESS = textwrap.dedent("""
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, Dataset
-    from tests.test_troubleshooting import CUDA_CODES, MARKER, cuda_check_messages
+    from tests.book.test_troubleshooting import CUDA_CODES, MARKER, cuda_check_messages
 
     out = {"cuda": cuda_check_messages(sorted(set(CUDA_CODES.values())))}  # forks: first
 
@@ -910,7 +911,7 @@ def raise_cpu_oom() -> str | list[str]:
 
 
 # Apple MPS (the messages are compiled only into macOS builds; PyTorch's own test suite, which
-# every build installs, quotes them, and tests/test_troubleshooting_gpu.py raises them on a Mac)
+# every build installs, quotes them, and tests/book/test_troubleshooting_gpu.py raises them on a Mac)
 
 TESTSUITE = TORCH / "testing" / "_internal"
 
@@ -927,7 +928,7 @@ def in_macos_build(quote: str, variables: list[str] = ()) -> None:
     MPS kernels); elsewhere the message is in no installed file, and the GPU test checks it."""
     dylib = LIB / "libtorch_cpu.dylib"
     if not dylib.exists():
-        pytest.skip("compiled only into macOS builds of torch; tests/test_troubleshooting_gpu.py "
+        pytest.skip("compiled only into macOS builds of torch; tests/book/test_troubleshooting_gpu.py "
                     "raises it on an Apple GPU")
     data = dylib.read_bytes()
     for piece in pieces(quote, list(variables)):
@@ -1179,7 +1180,7 @@ def live_mismatch(entry: Entry, printed: str | list[str]) -> str:
 OLDEST_PYTHON = ROOT / ".venv-oldest" / "bin" / "python"
 ORACLE = textwrap.dedent("""
     import json
-    from tests import test_troubleshooting as t
+    from tests.book import test_troubleshooting as t
 
     print(t.MARKER + json.dumps(t.older_wordings_report()))
 """)

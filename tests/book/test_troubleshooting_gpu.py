@@ -1,6 +1,6 @@
 """The troubleshooting entries (chapter 9) whose messages need a CUDA GPU or an Apple GPU,
 raised there and compared with the page. Skipped on machines without one; on the CPU,
-tests/test_troubleshooting.py finds the same messages in torch's installed files.
+tests/book/test_troubleshooting.py finds the same messages in torch's installed files.
 
 The tests name their device explicitly (cuda:0, as the page's quotes do), so a BOOK_DEVICE
 setting cannot change what they compare."""
@@ -20,7 +20,8 @@ import pytest
 import torch
 from torch import nn
 
-from tests.test_troubleshooting import ROOT, line, normalise, read_entries
+from tests.book.test_troubleshooting import line, normalise, read_entries
+from tests.conftest import ROOT
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 MPS = pytest.mark.skipif(not torch.backends.mps.is_available(), reason="needs an Apple GPU")

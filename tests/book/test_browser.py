@@ -16,8 +16,8 @@ import nbformat
 import pytest
 
 from tests.book.test_notebooks import repository_url, toc_files
+from tests.book.test_troubleshooting import read_entries
 from tests.conftest import BUILD, HTML, ROOT, STAGE
-from tests.test_troubleshooting import read_entries
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -146,19 +146,42 @@ def pasted_messages() -> dict[str, str]:
     }
 
 
+# sphinx-thebe's configuration script appears twice on each page (Jupyter Book's doing), and
+# the second declaration of its constant fails: not an error of the search.
+THEME_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",)
+
+
+def page_errors(page) -> list[str]:
+    """The uncaught script errors of a page, collected from now on."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: None if str(error) in THEME_ERRORS
+            else errors.append(str(error)))
+    return errors
+
+
+def search(page, server: str, query: str) -> list[str]:
+    """The result links of the book's search page for a query, best first."""
+    page.goto(f"{server}/search.html?q={quote_plus(query)}", wait_until="load")
+    page.wait_for_selector("#search-results .search-summary", timeout=60_000)
+    return page.eval_on_selector_all("#search-results li > a", "els => els.map(e => e.href)")
+
+
 @pytest.mark.parametrize("label", list(pasted_messages()))
 def test_a_pasted_message_lands_first_on_its_entry(label, server, browser):
     if TROUBLESHOOTING not in toc_files():
         pytest.fail("the troubleshooting page is not in the table of contents")
     message = pasted_messages()[label]
     page = browser.new_page()
+    errors = page_errors(page)
     try:
-        page.goto(f"{server}/search.html?q={quote_plus(message)}", wait_until="load")
-        page.wait_for_selector("#search-results .search-summary", timeout=60_000)
-        links = page.eval_on_selector_all("#search-results li > a", "els => els.map(e => e.href)")
+        links = search(page, server, message)
         assert links, f"searching the message of {label} found nothing"
         assert links[0] == f"{server}/{TROUBLESHOOTING}.html#{label}", \
             f"searching the message of {label} lists first {links[0]} (then {links[1:4]})"
+        assert links.count(links[0]) == 1
+        first = page.inner_text("#search-results li")
+        assert "Fix:" in first, f"the entry's result shows no fix: {first!r}"
+        assert not errors, f"the search page raised: {errors}"
         page.goto(links[0], wait_until="load")
         landed = page.evaluate(
             """(label) => {
@@ -170,6 +193,54 @@ def test_a_pasted_message_lands_first_on_its_entry(label, server, browser):
         assert landed, f"{links[0]} does not lead to the entry {label}"
         assert read_entries()[label].heading.replace("`", "") in landed.replace("\u00b6", "")
         page.screenshot(path=str(SHOTS / f"search-{label}.png"))
+    finally:
+        page.close()
+
+
+def test_a_message_with_angle_brackets_is_shown_as_text(server, browser):
+    """The entry's title goes into the result list as text: `<module '__main__' ...>` is not
+    taken for an HTML tag (and lost)."""
+    entry = read_entries()["err-spawn-main"]
+    page = browser.new_page()
+    try:
+        links = search(page, server, entry.blocks[0])
+        assert links and links[0].endswith("#err-spawn-main"), links[:3]
+        shown = page.inner_text("#search-results li > a")
+        assert "<module '__main__' (built-in)>" in shown, shown
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("query", ["pin_memory", "map_location weights_only"])
+def test_a_keyword_search_is_sphinx_own(query, server, browser):
+    """A few keywords are Sphinx's business: the same results with or without
+    _static/error-search.js, and no error."""
+    found = {}
+    for script in (True, False):
+        page = browser.new_page()
+        errors = page_errors(page)
+        if not script:
+            page.route("**/error-search.js*", lambda route: route.abort())
+        try:
+            found[script] = search(page, server, query)
+            assert not errors, f"the search page raised: {errors}"
+        finally:
+            page.close()
+    assert found[True], f"searching {query!r} found nothing"
+    assert found[True] == found[False]
+
+
+def test_a_pasted_message_falls_back_to_sphinx_without_the_index(server, browser):
+    """Where the troubleshooting page cannot be read (a file:// page, a failed request), the
+    search page shows Sphinx's own results instead of nothing."""
+    message = pasted_messages()["err-same-device"]
+    page = browser.new_page()
+    # Sphinx's own summary of that page fails to load too, with an error of its own.
+    page.route(f"**/{TROUBLESHOOTING}.html", lambda route: route.abort())
+    try:
+        links = search(page, server, message)
+        assert links, "no results at all when the troubleshooting page cannot be read"
+        assert not any("#err-" in link for link in links), links
     finally:
         page.close()
 
