@@ -4,14 +4,27 @@
  * that uses those words, and it links pages rather than entries. On the search page, this
  * script reads the troubleshooting index's entries (the messages each one quotes, in its
  * text blocks) and, when the query is one of those messages, or a part of one, or holds one
- * (a pasted traceback), lists those entries first, linked to their anchors. Numbers (sizes,
- * device numbers, process ids) and words the message takes from the run (a class name, a GPU
- * name) may differ from the quote. Jupyter Book loads every _static/*.js file on every page;
- * this one acts on the search page only, before Sphinx's searchtools.js starts the search.
+ * (a pasted traceback), lists those entries first, linked to their anchors, with their fix as
+ * the result's summary. Numbers (sizes, device numbers, process ids) and words the message
+ * takes from the run (a class name, a GPU name) may differ from the quote.
+ *
+ * Jupyter Book loads every _static/*.js file on every page; this one acts on the search page
+ * only. It is loaded before Sphinx's searchtools.js, so its DOMContentLoaded handler runs
+ * before Sphinx starts the search. It reads the troubleshooting page from the book itself
+ * (no network beyond the book's own server). Wherever that fails (a page opened as a file://
+ * URL, a book without the troubleshooting page, a query with no match, an error in this
+ * script), Sphinx's own search runs unchanged.
  */
 "use strict";
 
 const ERROR_INDEX = "chapters/09_troubleshooting";
+const MIN_WORDS = 4; // a few keywords: Sphinx's own search is the right one
+
+/** Whether Sphinx's language data counts a word as a stop word (a list or, newer, a Set). */
+const isStopword = (word) => {
+  if (typeof stopwords === "undefined") return false;
+  return typeof stopwords.has === "function" ? stopwords.has(word) : stopwords.includes(word);
+};
 
 /** The words of a message, with numbers and sizes made alike. */
 const errorWords = (text) =>
@@ -20,7 +33,7 @@ const errorWords = (text) =>
     .replace(/\d+(\.\d+)?\s*(bytes|[kmgt]ib)\b/g, " size ")
     .replace(/\d+/g, " 0 ")
     .split(/[^\p{L}\p{N}_]+/u)
-    .filter((word) => word && !(typeof stopwords !== "undefined" && stopwords.includes(word)));
+    .filter((word) => word && !isStopword(word));
 
 /** The length of the longest common subsequence of two word lists. */
 const commonWords = (a, b) => {
@@ -34,29 +47,41 @@ const commonWords = (a, b) => {
   return previous[b.length];
 };
 
-/** Each entry of the index: its anchor, its heading, and the word lists of its messages. */
-const loadErrorEntries = async () => {
-  const root = document.documentElement.dataset.content_root || "";
-  const response = await fetch(root + ERROR_INDEX + DOCUMENTATION_OPTIONS.FILE_SUFFIX);
-  const page = new DOMParser().parseFromString(await response.text(), "text/html");
-  const entries = [];
-  page.querySelectorAll("section").forEach((section) => {
-    const label = section.querySelector(":scope > span[id^='err-']");
-    const heading = section.querySelector(":scope > h3");
-    if (!label || !heading) return;
-    const messages = [...section.querySelectorAll("div.highlight-text pre")].map((pre) =>
-      errorWords(pre.textContent)
-    );
-    const title = heading.textContent.replace(/[#\u00b6]$/, "").trim();
-    entries.push({ anchor: "#" + label.id, title, messages });
-  });
-  return entries;
+/** Each entry of the index: its anchor, the id of its section (Sphinx's own results link
+ * that), its heading, its fix, and the word lists of its messages. Read once per page. */
+let errorEntries = null;
+const loadErrorEntries = () => {
+  errorEntries ??= (async () => {
+    const root = document.documentElement.dataset.content_root || "";
+    const response = await fetch(root + ERROR_INDEX + DOCUMENTATION_OPTIONS.FILE_SUFFIX);
+    if (!response.ok) return [];
+    const page = new DOMParser().parseFromString(await response.text(), "text/html");
+    const entries = [];
+    page.querySelectorAll("section").forEach((section) => {
+      const label = section.querySelector(":scope > span[id^='err-']");
+      const heading = section.querySelector(":scope > h3");
+      if (!label || !heading) return;
+      const messages = [...section.querySelectorAll("div.highlight-text pre")].map((pre) =>
+        errorWords(pre.textContent)
+      );
+      const fix = [...section.querySelectorAll(":scope > p")].find((p) =>
+        p.textContent.startsWith("Fix:")
+      );
+      entries.push({
+        anchor: "#" + label.id,
+        sectionAnchor: "#" + section.id,
+        title: heading.textContent.replace(/[#\u00b6]$/, "").trim(),
+        fix: fix ? fix.textContent.trim() : "",
+        messages,
+      });
+    });
+    return entries;
+  })();
+  return errorEntries;
 };
 
 /** The entries whose messages the query matches, best first. */
-const matchErrorEntries = (entries, query) => {
-  const words = errorWords(query);
-  if (words.length < 4) return [];  // a few keywords: Sphinx's own search is the right one
+const matchErrorEntries = (entries, words) => {
   const found = [];
   for (const entry of entries) {
     let best = null;
@@ -66,7 +91,7 @@ const matchErrorEntries = (entries, query) => {
       // must be nearly all in the other; then the closer in length, the better.
       const cover = common / Math.min(words.length, message.length);
       const score = [cover, common / Math.max(words.length, message.length)];
-      if (common >= 4 && cover >= 0.8 && (!best || score[0] > best[0] ||
+      if (common >= MIN_WORDS && cover >= 0.8 && (!best || score[0] > best[0] ||
           (score[0] === best[0] && score[1] > best[1])))
         best = score;
     }
@@ -76,32 +101,62 @@ const matchErrorEntries = (entries, query) => {
   return found.slice(0, 3).map(({ entry }) => entry);
 };
 
+/** Text shown as HTML by Sphinx (a result's title and summary): the messages' own <...>
+ * must stay text. */
+const escapeHtml = (text) =>
+  text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;").replace(/"/g, "&quot;");
+
+/** Sphinx's results with the matched entries first (Sphinx shows the list from its end). */
+const withErrorEntries = (results, matched) => {
+  const file = Search._index.docnames.indexOf(ERROR_INDEX);
+  if (file < 0 || !matched.length) return results;
+  const page = Search._index.titles[file]; // already HTML in Sphinx's index
+  const filename = Search._index.filenames[file];
+  // Sphinx's own results for the same entries link their sections: shown once, as ours.
+  const anchors = new Set(matched.flatMap((entry) => [entry.anchor, entry.sectionAnchor]));
+  const kept = results.filter((r) => !(r[0] === ERROR_INDEX && anchors.has(r[2])));
+  const kind = typeof SearchResultKind !== "undefined" ? SearchResultKind.title : undefined;
+  // The summary is the entry's fix: a non-empty summary also keeps Sphinx from fetching one
+  // for the label's anchor, an empty <span> whose text would be empty.
+  const first = matched.map((entry) => [
+    ERROR_INDEX,
+    `${page} > ${escapeHtml(entry.title)}`,
+    entry.anchor,
+    escapeHtml(entry.fix || entry.title),
+    1000,
+    filename,
+    kind,
+  ]);
+  return kept.concat(first.reverse());
+};
+
 document.addEventListener("DOMContentLoaded", () => {
   if (typeof Search === "undefined" || !document.getElementById("search-results")) return;
-  let matched = [];
   const query = Search.query;
   const performSearch = Search._performSearch;
+  let matched = [];
   Search.query = (text) => {
+    const words = errorWords(text);
+    if (words.length < MIN_WORDS) return query(text);
     loadErrorEntries()
-      .then((entries) => (matched = matchErrorEntries(entries, text)))
-      .catch(() => (matched = []))
-      .finally(() => query(text));
+      .then((entries) => matchErrorEntries(entries, words))
+      .catch(() => [])
+      .then((found) => {
+        matched = found;
+        try {
+          query(text);
+        } finally {
+          matched = [];
+        }
+      });
   };
   Search._performSearch = (...args) => {
     const results = performSearch(...args);
-    const docs = Search._index.docnames;
-    const file = docs.indexOf(ERROR_INDEX);
-    if (file < 0 || !matched.length) return results;
-    const page = Search._index.titles[file];
-    const filename = Search._index.filenames[file];
-    const anchors = new Set(matched.map((entry) => entry.anchor));
-    // Results are shown from the end of the list: the best match goes last.
-    const kept = results.filter((r) => !(r[0] === ERROR_INDEX && anchors.has(r[2])));
-    const escape = (text) =>
-      text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-    // Sphinx shows a result's title as HTML: the messages' own <...> must stay text.
-    const first = matched.map((entry) =>
-      [ERROR_INDEX, `${page} > ${escape(entry.title)}`, entry.anchor, null, 1000, filename]);
-    return kept.concat(first.reverse());
+    try {
+      return withErrorEntries(results, matched);
+    } catch (error) {
+      console.warn("error-search.js: Sphinx's results shown unchanged:", error);
+      return results;
+    }
   };
 });
