@@ -131,7 +131,9 @@ def gpu_only_reason(device: torch.device | str, line: str = "") -> str | None:
     if args.gpus > 1:
         needs = f"{args.gpus} GPUs ({needs})"
     if device.type not in args.kinds:
-        return f"This cell needs {needs}; this run uses {device}. To see it run, {COLAB_HINT}."
+        where = (COLAB_HINT if args.gpus == 1 else
+                 "run the chapter on a machine with several GPUs (Colab's runtimes have one)")
+        return f"This cell needs {needs}; this run uses {device}. To see it run, {where}."
     if args.gpus > 1 and _count(device.type) < args.gpus:
         return (f"This cell needs {needs}; this machine has {_count(device.type)}. "
                 "Run it on a machine with several GPUs.")

@@ -54,7 +54,8 @@ def test_gpu_only_reason_on_the_cpu():
     assert reason.startswith("This cell needs a CUDA GPU; this run uses cpu.")
     assert "Colab" in reason and len(reason) < 160
     assert "an Apple GPU" in checks.gpu_only_reason("cpu", "--kinds cuda,mps")
-    assert "2 GPUs" in checks.gpu_only_reason("cpu", "--gpus 2")
+    two = checks.gpu_only_reason("cpu", "--gpus 2")
+    assert "2 GPUs" in two and "several GPUs" in two and "T4" not in two
 
 
 def test_gpu_only_reason_on_a_matching_device(monkeypatch):
