@@ -12,13 +12,14 @@ fed to an MPSGraph kernel, such as a loss's CPU class weights.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from torch import nn
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "chapters" / "08_device_pitfalls.ipynb"
+from tests.conftest import ROOT
+
+NOTEBOOK = ROOT / "chapters" / "08_device_pitfalls.ipynb"
 
 
 @pytest.fixture(scope="module")
