@@ -58,8 +58,11 @@ MIN_ENTRIES = 45
 
 LABEL = re.compile(r"^\((err-[a-z0-9-]+)\)=$", re.M)
 # The entry's last line, in small print: how it was checked.
-MARK = re.compile(r"^<small>Checked with torch (?P<version>[\w.+]+): (?P<how>[^<]+)</small>$", re.M)
-KINDS = {"reproduced live": "live", "found in installed files": "files"}
+# "Quoted for" where the tests cannot check the message on the machines that build the book.
+MARK = re.compile(r"^<small>(?P<verb>Checked with|Quoted for) torch (?P<version>[\w.+]+): "
+                  r"(?P<how>[^<]+)</small>$", re.M)
+KINDS = {"reproduced live": "live", "found in installed files": "files",
+         "found only in macOS builds": "macos"}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -104,6 +107,8 @@ def read_entries() -> dict[str, Entry]:
         assert mark, f"[{label}] has no '<small>Checked with torch X: ...</small>' line"
         kind = next((k for words, k in KINDS.items() if mark["how"].startswith(words)), None)
         assert kind, f"[{label}] says how it was checked in words the tests do not know"
+        assert (mark["verb"] == "Quoted for") == (kind == "macos"), \
+            f"[{label}] 'Quoted for' is for messages found only in macOS builds, and they use it"
         assert chunk.rstrip().endswith(mark[0]), f"[{label}] the 'Checked with' line is not last"
         blocks: list[str] = []
         older: dict[str, list[str]] = {}
@@ -335,6 +340,12 @@ def Live(fn: Callable[[], str | list[str]], how: str) -> Check:  # noqa: N802
 
 def Files(fn: Callable[[Entry], None], why: str) -> Check:  # noqa: N802
     return Check("files", fn, why)
+
+
+def MacOS(fn: Callable[[Entry], None], why: str) -> Check:  # noqa: N802
+    """A message compiled only into macOS builds: found in their files, skipped elsewhere (the
+    page says so, rather than that it was checked)."""
+    return Check("macos", fn, why)
 
 
 def raised(fn: Callable, *, expected: type = Exception) -> BaseException:
@@ -1104,8 +1115,8 @@ ENTRIES: dict[str, Check] = {
                                    "the CUDA caching allocator runs only on a GPU"),
     "err-cpu-oom": Live(raise_cpu_oom, "CPU"),
     # Apple MPS
-    "err-mps-linear-device": Files(find_mps_linear_device, MACOS),
-    "err-mps-placeholder": Files(find_mps_placeholder, MACOS),
+    "err-mps-linear-device": MacOS(find_mps_linear_device, MACOS),
+    "err-mps-placeholder": MacOS(find_mps_placeholder, MACOS),
     "err-mps-float64": Files(find_mps_float64, "compiled only into macOS builds; PyTorch's "
                              "installed test suite quotes its first sentence"),
     "err-mps-not-implemented": Files(find_mps_not_implemented, "compiled only into macOS builds; "
@@ -1150,7 +1161,13 @@ def test_entry(label: str, page: dict[str, Entry]) -> None:
         f"[{label}] checked with torch {entry.version}; the book pins torch {pinned_torch()}"
     version = torch.__version__.split("+")[0]
     older = entry.older.get(version, [])
-    if check.kind == "files":
+    if check.kind == "macos" and not (LIB / "libtorch_cpu.dylib").exists():
+        # The page must not claim a check that this build cannot make: the message is absent.
+        message = entry.blocks[0].split(": ", 1)[1]
+        fixed = max(re.split(r"\bcpu\b", message), key=len)
+        assert fixed.encode() not in rodata(LIB / "libtorch_cpu.so"), \
+            f"[{label}] this build holds {fixed!r}: check it as 'found in installed files'"
+    if check.kind in ("files", "macos"):
         try:  # on a torch whose wording the page gives too (the oldest supported), check that
             check.fn(dataclasses.replace(entry, blocks=older) if older else entry)
         except AssertionError as exc:
@@ -1196,7 +1213,7 @@ def older_wordings_report() -> dict[str, str]:
             continue
         check = ENTRIES[label]
         try:
-            if check.kind == "files":
+            if check.kind in ("files", "macos"):
                 check.fn(dataclasses.replace(entry, blocks=entry.older[version]))
                 report[label] = ""
             else:
@@ -1264,7 +1281,7 @@ def test_each_entry_reads_message_fix_meaning_then_provenance(page: dict[str, En
         quoted = max(m.end() for m in re.finditer(r"```\n(?::::\n)?", text))  # last quote
         fix = re.search(r"^\*\*Fix:\*\* ", text, re.M)
         assert fix and fix.start() > quoted, f"[{entry.label}] no '**Fix:**' line after the message"
-        meaning = text[fix.start():text.index("<small>Checked")]
+        meaning = text[fix.start():text.index("<small>")]
         link = meaning.find("{doc}`")
         assert link > meaning.index("\n\n"), f"[{entry.label}] links no chapter after its fix"
         words = len(meaning.split())
