@@ -39,7 +39,7 @@ __all__ = [
 STRICT_ENV_VAR = "BOOK_STRICT"
 
 #: Where a reader without a GPU can run a GPU-only cell.
-COLAB_HINT = "run the chapter on Colab with a T4 GPU runtime (the launch button above)"
+COLAB_HINT = "to run it, open the chapter in Colab with a T4 GPU runtime"
 
 
 class ClaimNotMet(AssertionError):
@@ -132,8 +132,8 @@ def gpu_only_reason(device: torch.device | str, line: str = "") -> str | None:
         needs = f"{args.gpus} GPUs ({needs})"
     if device.type not in args.kinds:
         where = (COLAB_HINT if args.gpus == 1 else
-                 "run the chapter on a machine with several GPUs (Colab's runtimes have one)")
-        return f"This cell needs {needs}; this run uses {device}. To see it run, {where}."
+                 "to run it, use a machine with several GPUs (Colab's runtimes have one)")
+        return f"This cell needs {needs}; this run uses {device}: {where}."
     if args.gpus > 1 and _count(device.type) < args.gpus:
         return (f"This cell needs {needs}; this machine has {_count(device.type)}. "
                 "Run it on a machine with several GPUs.")

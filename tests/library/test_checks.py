@@ -51,7 +51,7 @@ def test_strict_rejects_other_values(monkeypatch):
 
 def test_gpu_only_reason_on_the_cpu():
     reason = checks.gpu_only_reason(torch.device("cpu"))
-    assert reason.startswith("This cell needs a CUDA GPU; this run uses cpu.")
+    assert reason.startswith("This cell needs a CUDA GPU; this run uses cpu:")
     assert "Colab" in reason and len(reason) < 160
     assert "an Apple GPU" in checks.gpu_only_reason("cpu", "--kinds cuda,mps")
     two = checks.gpu_only_reason("cpu", "--gpus 2")
