@@ -98,7 +98,7 @@ def test_train_epoch_and_evaluate_modes():
     model = nn.Sequential(nn.Linear(2, 3), nn.Dropout(0.5))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     out = train_epoch(model, [(x, y)], opt, nn.CrossEntropyLoss(), torch.device("cpu"), num_classes=3)
-    assert set(out) == {"loss", "acc"}
+    assert set(out) == {"loss", "acc", "images"}
     assert model.training
     evaluate(model, [(x, y)], nn.CrossEntropyLoss(), torch.device("cpu"), num_classes=3)
     assert not model.training
