@@ -94,12 +94,12 @@ def _cuda_figures(device: torch.device, *, quick: bool, note: str) -> list[Figur
         loss_fn(model(x), y).backward()
         opt.step()
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
+    s = torch.cuda.Stream(device=device)
+    s.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(s):
         for _ in range(3):
             step()
-    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.current_stream(device).wait_stream(s)
     run_time = 0.3 if quick else 2.0
     eager = benchmark(step, device=device, min_run_time=run_time)
     graph = torch.cuda.CUDAGraph()
@@ -118,12 +118,12 @@ def _cuda_figures(device: torch.device, *, quick: bool, note: str) -> list[Figur
     adam = torch.optim.Adam(model.parameters())
     xb = torch.randn(256, 1, 28, 28, device=device)
     yb = torch.randint(0, 10, (256,), device=device)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
     loss_fn(model(xb), yb).backward()
     adam.step()
-    torch.cuda.synchronize()
-    figs.append(Figure("peak_step_mib_batch256", (torch.cuda.max_memory_allocated() - before) / 2**20,
+    torch.cuda.synchronize(device)
+    figs.append(Figure("peak_step_mib_batch256", (torch.cuda.max_memory_allocated(device) - before) / 2**20,
                        "MiB", dev, note=f"{note} MnistCNN, Adam, first step".strip()))
     return figs

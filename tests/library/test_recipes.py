@@ -123,3 +123,35 @@ def test_each_cuda_step_trains(recipe: str) -> None:
     assert all(math.isfinite(v) for v in losses), losses
     assert losses[-1] < losses[0], f"{recipe}: eight steps on one batch should lower the loss"
     assert (step.recipe_step.scaler is not None) is (recipe == "fp16_autocast_gradscaler")
+
+
+@pytest.mark.parametrize(("kind", "batch"), [("cpu", recipes.BATCH_SIZE),
+                                             ("cuda", recipes.GPU_BATCH_SIZE)])
+def test_the_benchmark_times_what_chapter_12_says_it_times(monkeypatch, kind, batch) -> None:
+    """Chapter 12's dropdown on the appendix's figures: the benchmark's full run times the same
+    steps (make_step, a synthetic batch) at the library's batch size, 2 s per recipe, one
+    recipe after the other."""
+    from types import SimpleNamespace
+
+    from bench import recipes as bench_recipes
+
+    made, timed = [], []
+
+    def fake_make_step(recipe, device, batch_size):
+        made.append((recipe, torch.device(device).type, batch_size))
+        return lambda: None
+
+    def fake_benchmark(fn, *, device, label, warmup, min_run_time):
+        timed.append((label, min_run_time))
+        return SimpleNamespace(median=1e-3, iqr=1e-5)
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(bench_recipes, "make_step", fake_make_step)
+    monkeypatch.setattr(bench_recipes, "benchmark", fake_benchmark)
+    monkeypatch.setattr(bench_recipes, "synchronize", lambda device: None)
+    figures = bench_recipes.run(torch.device(kind), quick=False)
+    names = recipes.recipes_for(torch.device(kind))
+    assert made == [(name, kind, batch) for name in names]
+    assert timed == [(name, 2.0) for name in names]
+    assert {f.name for f in figures} >= {f"{name}_speedup" for name in names}
