@@ -44,7 +44,7 @@ _CAUSES = {
               "peers, because of a firewall, the wrong network interface (set "
               "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME) or an unreachable MASTER_ADDR. Re-run "
               "with NCCL_DEBUG=INFO to see which."),
-    "crash": ("a rank crashed: its traceback is in the output above; the other ranks then "
+    "crash": ("a rank crashed: its traceback is in the workers' output; the other ranks then "
               "wait for it in their next collective."),
     "world": ("the world size does not match: fewer processes joined than WORLD_SIZE / "
               "--nproc-per-node says (more processes than GPUs gives 'invalid device "
@@ -205,7 +205,9 @@ def launch(nproc: int, program: list[str], *, timeout: float = 600.0, grace: flo
         what = (f"torchrun ran past its time limit of {timeout:g} s and was stopped"
                 if timed_out else f"torchrun failed with exit code {code}")
         causes = "\n".join(f"  - {c}" for c in _likely_causes(output, timed_out))
-        raise LaunchError(f"{what} ({shown}). Likely causes:\n{causes}")
+        # Without echo nobody saw the output: the tracebacks it holds go into the error.
+        said = "" if echo else f"\nThe output ended with:\n{output[-3000:]}"
+        raise LaunchError(f"{what} ({shown}). Likely causes:\n{causes}{said}")
     return output
 
 
@@ -286,10 +288,11 @@ def _run_and_watch(command: list[str], env: dict[str, str], cwd: str | Path | No
 
 
 def run_ddp(nproc: int, backend: str, out: str | Path, *extra: object,
-            timeout: float = 600.0) -> dict:
+            timeout: float = 600.0, echo: bool = True) -> dict:
     """Train with ``torchrun -m helpers.ddp_mnist`` on ``nproc`` processes, printing the
-    output live, and return rank 0's summary (chapter 7). Raises ``LaunchError`` after
-    ``timeout`` seconds or on failure.
+    command and the output live (``echo``; with ``echo=False`` nothing is printed), and
+    return rank 0's summary (chapter 7). Raises ``LaunchError`` after ``timeout`` seconds
+    or on failure, with the end of the output when it was not echoed.
 
     The arguments are checked here, before any process starts: ``backend`` is ``"gloo"``
     or ``"nccl"`` (one CUDA GPU per process), ``out`` a folder (made if missing) that this
@@ -321,10 +324,12 @@ def run_ddp(nproc: int, backend: str, out: str | Path, *extra: object,
         raise ValueError(f"helpers.ddp_mnist refuses the options {program[2:]}: "
                          f"{reason[0]}") from None
     _writable_folder(Path(out))
-    print("$ torchrun --standalone --nproc-per-node", nproc, *program, flush=True)
+    if echo:
+        print("$ torchrun --standalone --nproc-per-node", nproc, *program, flush=True)
     start = time.perf_counter()
-    launch(nproc, program, timeout=timeout)
-    print(f"(wall time including process start-up: {time.perf_counter() - start:.1f} s)")
+    launch(nproc, program, timeout=timeout, echo=echo)
+    if echo:
+        print(f"(wall time including process start-up: {time.perf_counter() - start:.1f} s)")
     return json.loads((Path(out) / SUMMARY_NAME).read_text())
 
 

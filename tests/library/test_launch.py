@@ -97,6 +97,32 @@ def test_launch_reports_a_crashed_rank(tmp_path: Path):
         launch.launch(1, [script], timeout=300, echo=False)
     assert "a rank crashed" in str(caught.value)
     assert f"--nproc-per-node 1 {script}" in str(caught.value)
+    # Nothing was echoed, so the error itself carries the output with the rank's words.
+    assert "rank failed on purpose" in str(caught.value)
+
+
+def test_launch_with_echo_keeps_the_output_out_of_the_error(tmp_path: Path, capsys):
+    script = tmp_path / "crash.py"
+    script.write_text("raise SystemExit('rank failed on purpose')\n")
+    with pytest.raises(launch.LaunchError) as caught:
+        launch.launch(1, [script], timeout=300)
+    assert "rank failed on purpose" in capsys.readouterr().out
+    assert "rank failed on purpose" not in str(caught.value)
+
+
+def test_run_ddp_without_echo_prints_nothing(tmp_path: Path, monkeypatch, capsys):
+    calls = []
+
+    def fake_launch(nproc, program, *, timeout, echo):
+        calls.append(echo)
+        (tmp_path / "summary.json").write_text('{"world_size": 2}')
+        return ""
+
+    monkeypatch.setattr(launch, "launch", fake_launch)
+    assert launch.run_ddp(2, "gloo", tmp_path, "--epochs", 1, echo=False) == {"world_size": 2}
+    assert calls == [False] and capsys.readouterr().out == ""
+    launch.run_ddp(2, "gloo", tmp_path, "--epochs", 1)
+    assert calls == [False, True] and "$ torchrun" in capsys.readouterr().out
 
 
 def test_launch_checks_its_arguments():
