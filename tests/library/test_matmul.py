@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import types
 
 import pytest
@@ -82,26 +81,3 @@ def test_supported_modes_ask_about_the_named_gpu() -> None:
         assert ("bf16" in modes) == (ampere or bool(torch.version.hip)), (device, modes)
 
 
-def test_supported_modes_asks_about_the_named_gpu_not_the_current_one(monkeypatch) -> None:
-    # Two fake GPUs: cuda:0 (current) is a T4, cuda:1 an H100. torch.cuda.is_bf16_supported()
-    # takes no device and answers for the current one, so the helper must make cuda:1 current.
-    caps = {0: (7, 5), 1: (9, 0)}
-    current = [0]
-
-    @contextlib.contextmanager
-    def make_current(device):
-        old, current[0] = current[0], torch.device(device).index
-        try:
-            yield
-        finally:
-            current[0] = old
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_capability",
-                        lambda device=None: caps[torch.device(device).index])
-    monkeypatch.setattr(torch.cuda, "device", make_current)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported",
-                        lambda including_emulation=True: caps[current[0]] >= (8, 0))
-    assert matmul.supported_modes("cuda:1") == ["fp32", "tf32", "bf16"]
-    assert matmul.supported_modes("cuda:0") == ["fp32"]
-    assert current == [0], "the current GPU is restored"

@@ -98,20 +98,18 @@ def test_device_clock_waits_for_a_gpu_that_is_not_the_current_one():
 
 
 def test_synchronize_waits_only_for_the_device_it_names(monkeypatch):
-    cuda_waits, mps_waits = [], []
+    waits = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: cuda_waits.append(device))
-    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
-    monkeypatch.setattr(torch.mps, "synchronize", lambda: mps_waits.append("mps"))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *device: waits.append(device))
 
     timing.synchronize("cpu")
-    assert cuda_waits == [] and mps_waits == [], "the CPU has nothing to wait for"
+    assert waits == [], "the CPU has nothing to wait for"
     timing.synchronize("cuda:1")
-    assert cuda_waits == [torch.device("cuda:1")], "the named GPU, not the current one"
+    assert waits == [(torch.device("cuda:1"),)], "the named GPU, not the current one"
     timing.synchronize(None)
-    assert cuda_waits[-1] is None, "no device: the current GPU"
-    timing.synchronize(torch.device("mps"))
-    assert mps_waits == ["mps"] and len(cuda_waits) == 2
+    assert waits[-1] == (), "no device: the current accelerator"
 
 
 def test_synchronize_without_a_gpu_waits_for_nothing(monkeypatch):
@@ -191,18 +189,18 @@ def test_share_of_peak():
         peak_tflops("NVIDIA H100", "int8")
 
 
-def test_device_clock_waits_for_the_device_it_names(monkeypatch):
-    waited = []
-    monkeypatch.setattr(timing, "synchronize", lambda device=None: waited.append(device))
-    clock = timing.device_clock("cuda:1")
-    clock()
-    assert waited == [torch.device("cuda:1")]
 
 
-def test_benchmark_waits_for_its_own_device_before_each_reading(monkeypatch):
-    waited = []
-    monkeypatch.setattr(timing, "synchronize", lambda device=None: waited.append(device))
-    result = benchmark(lambda: None, device="cuda:1", warmup=1, min_run_time=0.01, min_runs=3)
-    # the warm-up's wait plus two clock readings per measurement, all on cuda:1
-    assert len(waited) >= 1 + 2 * result.runs
-    assert set(waited) == {torch.device("cuda:1")}
+
+
+def test_the_inner_wait_asks_torch_accelerator_for_the_named_device(monkeypatch):
+    # One call for every accelerator type (CUDA, ROCm, mps, xpu); nothing for the CPU.
+    calls = []
+    monkeypatch.setattr(torch.accelerator, "synchronize", lambda *a: calls.append(a))
+    timing._synchronize(torch.device("cuda", 1))
+    timing._synchronize(torch.device("mps", 0))
+    timing._synchronize(torch.device("cpu"))
+    assert calls == [(torch.device("cuda", 1),), (torch.device("mps", 0),)]
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    timing._synchronize(None)
+    assert len(calls) == 2, "no accelerator: nothing to wait for"
