@@ -264,14 +264,34 @@ def test_no_output_box_is_clipped(file, server, browser):
         page.close()
 
 
-def test_troubleshooting_page_fits_thirty_screens(server, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/{TROUBLESHOOTING}.html", wait_until="load")
-        screens = page.evaluate("document.documentElement.scrollHeight") / 900
-        assert screens <= 30, f"the troubleshooting page is {screens:.1f} screens at 1280x900"
-    finally:
-        page.close()
+@pytest.fixture(scope="module")
+def screens(server, browser) -> dict[str, float]:
+    """Each page's length in screens of a 1280x900 window, as it opens: collapsed dropdowns and
+    hidden-cell toggles count collapsed."""
+    lengths = {}
+    for file in toc_files():
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        try:
+            page.goto(f"{server}/{file}.html", wait_until="load")
+            lengths[file] = page.evaluate("document.documentElement.scrollHeight") / 900
+        finally:
+            page.close()
+    return lengths
+
+
+def test_a_chapter_fits_a_reading(screens):
+    lessons = {f: n for f, n in screens.items()
+               if f.startswith("chapters/") and f != TROUBLESHOOTING}
+    long = {f: round(n, 1) for f, n in lessons.items() if n > 15}
+    assert not long, f"chapters over 15 screens at 1280x900: {long}"
+    assert screens[TROUBLESHOOTING] <= 30, \
+        f"the troubleshooting page is {screens[TROUBLESHOOTING]:.1f} screens at 1280x900"
+
+
+def test_the_whole_book_fits_185_screens(screens):
+    total = sum(screens.values())
+    assert total <= 185, (f"the book is {total:.0f} screens at 1280x900: "
+                          + ", ".join(f"{f} {n:.1f}" for f, n in screens.items()))
 
 
 def test_search_index_holds_every_troubleshooting_entry(built_book):
