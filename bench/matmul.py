@@ -3,12 +3,13 @@
 Chapter 3 (Matrix multiply, CPU vs GPU) times the product of the tutorials it names (Wang
 Zhefeng's *PyTorch 训练模型 GPU* and lyhue1991's *6-3, 使用GPU训练模型*),
 ``(10000, 200) @ (200, 10000)``, first naively and then correctly, and sweeps square sizes in
-fp32, TF32 and bf16. This module measures the same things for the book's benchmark command, with the
-pieces chapter 3 reuses from :mod:`helpers.matmul`:
+fp32, TF32, bf16 and (on GPUs whose only tensor-core format is fp16, compute capability 7.x such
+as Colab's T4) fp16. This module measures the same things for the book's benchmark command,
+with the pieces chapter 3 reuses from :mod:`helpers.matmul`:
 
 - :func:`fp32_precision`: allow or forbid TF32 for float32 matmuls, restoring the old setting;
 - :func:`num_threads`: run a block with a given number of CPU threads, restoring the old one;
-- :func:`supported_modes`: which of ``fp32``, ``tf32``, ``bf16`` a device runs natively;
+- :func:`supported_modes`: which of ``fp32``, ``tf32``, ``bf16``, ``fp16`` a device runs natively;
 - :func:`sweep_sizes`: the square sizes that fit comfortably in a device's memory;
 - :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
   with the host-to-device copy of its inputs included) and its TFLOP/s.
@@ -20,7 +21,11 @@ Figures (``quick=False``; ``quick=True`` uses small sizes and says so in each no
 - on an accelerator: ``tutorial_product_seconds``, ``tutorial_product_naive_seconds`` (the
   ``time.time()`` pitfall), ``tutorial_product_naive_factor``, ``tutorial_product_with_copy_seconds``,
   ``tutorial_product_speedup_vs_cpu``, ``<mode>_tflops_n<size>`` for every supported mode and
-  size, and ``<mode>_share_of_peak_n<largest>`` where the GPU's peak is known.
+  size, and ``<mode>_share_of_peak_n<largest>`` where the GPU's peak is known. On a T4 (15 GB,
+  so n = 16384 does not fit a tenth of it) that is ``fp32_tflops_n1024``, ``fp32_tflops_n4096``,
+  ``fp32_tflops_n8192``, ``fp16_tflops_n1024``, ``fp16_tflops_n4096``, ``fp16_tflops_n8192``,
+  ``fp32_share_of_peak_n8192`` and ``fp16_share_of_peak_n8192`` (no TF32 or bf16 there);
+  on an H100, ``fp32``, ``tf32`` and ``bf16`` up to n = 16384.
 """
 
 from __future__ import annotations
@@ -136,7 +141,8 @@ def _gpu_figures(device: torch.device, quick: bool, cpu_tutorial_seconds: float)
 
 @workload("matmul", chapter=3)
 def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
-    """Matrix-multiply throughput: the tutorials' product and a square-size sweep in fp32/TF32/bf16.
+    """Matrix-multiply throughput: the tutorials' product and a square-size sweep in each format
+    the device runs natively (fp32, TF32, bf16; fp16 on compute capability 7.x).
 
     The CPU's GFLOP/s (one thread and all threads) are always measured; the accelerator's
     figures are added when ``device`` is not the CPU.

@@ -72,7 +72,8 @@ def _synchronize(dev: torch.device | None) -> None:
 def synchronize(device: torch.device | str | None = None) -> None:
     """Wait until all work queued on ``device`` has finished (no-op on the CPU) (chapter 3).
 
-    ``None`` means the current CUDA GPU where there is one; pass the device the work runs on.
+    ``None`` means the current accelerator device (CUDA, mps, ...) where there is one; pass
+    the device the work runs on.
     A device this machine does not have raises a ``ValueError`` listing the ones it has.
     """
     _synchronize(None if device is None else _device(device))
