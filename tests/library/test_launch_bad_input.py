@@ -25,12 +25,19 @@ def _own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    # Children from before the case are not its own (multiprocessing's resource tracker,
+    # started by an earlier mp.spawn test, lives as long as this process).
+    before = set(L._children(os.getpid()))
     yield tmp
     assert sorted(p.name for p in tmp.iterdir()) == [], "a temporary folder was left behind"
+
+    def new_children() -> list[int]:
+        return [pid for pid in L._children(os.getpid()) if pid not in before]
+
     deadline = time.monotonic() + 5
-    while L._children(os.getpid()) and time.monotonic() < deadline:
+    while new_children() and time.monotonic() < deadline:
         time.sleep(0.1)  # a child that has exited may take a moment to be reaped
-    alive = [pid for pid in L._children(os.getpid()) if _alive(pid)]
+    alive = [pid for pid in new_children() if _alive(pid)]
     assert not alive, f"processes left behind: {alive}"
 
 
