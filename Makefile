@@ -134,8 +134,10 @@ lint: venv
 unit: venv data
 	$(PY) -m pytest -m "not book"
 
+# The tests run on two workers (pytest-xdist): many wait on subprocesses, the browser or disk.
+TEST_WORKERS ?= 2
 test: lint book oldest browser-deps
-	$(PY) -m pytest --require-book
+	$(PY) -m pytest --require-book -n $(TEST_WORKERS)
 
 ## The book's benchmark: figures for results/<machine>.json -------------------------
 bench: venv data
