@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import helpers
+from tests.conftest import ROOT
 
 
 def test_chapter_setup_reports_hardware_and_returns_a_device(capsys):
@@ -97,3 +98,13 @@ def test_chapter_setup_on_the_cpu_of_a_gpu_machine_does_not_say_no_gpu(monkeypat
     # No paragraph about GPU figures in the banner: each chapter says it at most once, where
     # a figure is missing.
     assert out.endswith("Using device: cpu\n") and "GPU figures" not in out
+
+
+def test_the_pinned_torch_pair_is_supported():
+    # The pinned environment must itself be a supported one; pip refuses a torchvision that
+    # does not pair with its torch, so only the lower bound needs checking here.
+    pins = dict(line.split("==") for line in (ROOT / "requirements.txt").read_text().splitlines()
+                if "==" in line and not line.startswith("#"))
+    pinned = tuple(int(x) for x in pins["torch"].split(".")[:2])
+    assert pinned >= tuple(int(x) for x in helpers.MIN_TORCH.split(".")), (pins["torch"],
+                                                                            helpers.MIN_TORCH)
