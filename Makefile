@@ -129,7 +129,7 @@ oldest: $(OLDEST)/.done
 
 ## Tests -------------------------------------------------------------------------------
 lint: venv
-	$(VENV)/bin/ruff check helpers tests scripts chapters _ext
+	$(VENV)/bin/ruff check helpers bench tools tests chapters _ext
 
 unit: venv data
 	$(PY) -m pytest -m "not book"
