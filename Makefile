@@ -24,7 +24,7 @@ export BOOK_STRICT := 1
 
 NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb))
 EXECUTED := $(addprefix $(STAGE)/,$(NOTEBOOKS))
-STATIC := _toc.yml intro.md $(wildcard _ext/*.py) $(sort $(wildcard chapters/*.md) $(wildcard chapters/*.png) $(wildcard chapters/*.py))
+STATIC := _toc.yml intro.md $(wildcard _ext/*.py) $(wildcard _static/*) $(sort $(wildcard chapters/*.md) $(wildcard chapters/*.png) $(wildcard chapters/*.py))
 STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
 HELPERS := $(sort $(wildcard helpers/*.py bench/*.py results/*.json))
 

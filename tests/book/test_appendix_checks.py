@@ -25,6 +25,10 @@ def sections() -> list[str]:
     """The workloads the appendix plots, in page order (its ``show_workload("...")`` calls)."""
     calls = [m for source in appendix_code()
              for m in re.findall(r'^show_workload\("(\w+)"\)', source, re.M)]
+    for source in appendix_code():  # or one loop over the names: for name in ("a", ...):
+        for names in re.findall(r'^for name in \(([^)]*)\):\n\s+show_workload\(name\)',
+                                source, re.M):
+            calls += re.findall(r'"(\w+)"', names)
     assert calls, "the appendix plots no workload"
     return calls
 
