@@ -45,7 +45,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session")
 def built_book(request: pytest.FixtureRequest) -> Path:
-    """The built HTML book; skipped (or, with --require-book, failed) when it is missing."""
+    """The built HTML book; skipped (or, with --require-book, failed) when it is missing.
+    ``BOOK_HTML=<folder>`` points the tests at a book built elsewhere (a small test book)."""
+    if os.environ.get("BOOK_HTML"):
+        return Path(os.environ["BOOK_HTML"])
     if not (HTML / ".built").exists():
         message = "the book is not built: run `make book` first"
         if request.config.getoption("--require-book"):

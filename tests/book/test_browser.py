@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import os
 import re
 import threading
 from pathlib import Path
@@ -17,7 +16,7 @@ import pytest
 
 from tests.book.test_notebooks import repository_url, toc_files
 from tests.book.test_troubleshooting import read_entries
-from tests.conftest import BUILD, HTML, ROOT, STAGE
+from tests.conftest import BUILD, ROOT, STAGE
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -47,19 +46,6 @@ def image_outputs(file: str) -> int:
     nb = nbformat.read(path, as_version=4)
     return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                if "image/png" in o.get("data", {}))
-
-
-@pytest.fixture(scope="module")
-def built_book(request: pytest.FixtureRequest) -> Path:
-    """The built book; BOOK_HTML=<folder> points these tests at a book built elsewhere."""
-    if os.environ.get("BOOK_HTML"):
-        return Path(os.environ["BOOK_HTML"])
-    if not (HTML / ".built").exists():  # as tests/conftest.py's built_book
-        message = "the book is not built: run `make book` first"
-        if request.config.getoption("--require-book"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return HTML
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ executed outputs that `make book` produced (no warnings, no stray tracebacks).""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import re
 import statistics
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from tests.conftest import OLDEST, ROOT, STAGE
+from tools import notebook as notebook_tool
 
 HARDWARE = {"cpu", "gpu", "multi-gpu"}
 
@@ -53,14 +53,6 @@ def test_every_toc_entry_exists_and_every_chapter_is_listed():
     assert len(NOTEBOOKS) >= 1
 
 
-def _notebook_tool():
-    spec = importlib.util.spec_from_file_location("book_notebook_tool", ROOT / "tools" / "notebook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-NOTEBOOK_TOOL = _notebook_tool()
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
@@ -72,7 +64,7 @@ def test_stored_as_normalize_writes_it(path):
     nbformat.validate(nb)
     book = nb.metadata.get("book", {})
     assert book.get("needs") in HARDWARE and book.get("best_on") in HARDWARE, book
-    normal = NOTEBOOK_TOOL.normalize(copy.deepcopy(nb))
+    normal = notebook_tool.normalize(copy.deepcopy(nb))
     assert nbformat.writes(normal) == nbformat.writes(nb), (
         f"{path.name} is not stored as `python tools/notebook.py normalize` writes it: run it")
     assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), \

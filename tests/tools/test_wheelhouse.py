@@ -4,22 +4,12 @@ asks pip for. Resolving the real pinned set needs the package index, which CI do
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
 
 from tests.conftest import ROOT
-
-
-def load_wheelhouse():
-    spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "tools" / "wheelhouse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-wheelhouse = load_wheelhouse()
+from tools import wheelhouse
 
 
 def fake_pip(monkeypatch, resolved: list[tuple[str, str]]) -> list[list[str]]:
