@@ -74,14 +74,6 @@ def use_checkout() -> None:
         raise SystemExit(f"helpers was already imported from {loaded.__file__}, not from {ROOT}")
 
 
-def book_commit() -> str:
-    """The book's commit, as the benchmark records it (:func:`bench.core.book_commit`)."""
-    use_checkout()
-    from bench.core import book_commit as commit
-
-    return commit()
-
-
 def code_hash(nb) -> str:
     """SHA-256 of a notebook's code cells (sources only, in order): a recorded page is
     current while this matches the chapter's."""
@@ -251,6 +243,7 @@ def record(args: argparse.Namespace) -> int:
     import nbformat
 
     from bench import __main__ as runner
+    from bench.core import book_commit
     from helpers.devices import best_device
     from helpers.results import machine_label
 

@@ -340,11 +340,14 @@ def test_a_full_run_needs_the_books_commit(in_process, monkeypatch, tmp_path):
     import torch
 
     monkeypatch.setattr("helpers.devices.best_device", lambda override=None: torch.device("cpu"))
-    monkeypatch.setattr(report, "book_commit", lambda: "unknown")
+    from bench import core
+
+    real_book_commit = core.book_commit
+    monkeypatch.setattr(core, "book_commit", lambda: "unknown")
     with pytest.raises(SystemExit, match="BOOK_COMMIT="):
         report.main(["--allow-cpu", "--work", str(tmp_path)])
     monkeypatch.setenv("BOOK_COMMIT", "abc123")
-    assert load_script().book_commit() == "abc123"
+    assert real_book_commit() == "abc123"
 
 
 def test_gpu_only_cells_show_a_recorded_runs_output_for_the_same_code(tmp_path) -> None:
