@@ -95,7 +95,7 @@ book: venv data html
 # definition), and `make oldest` proves it: every chapter is executed again in a second
 # environment with the newest patch release of those versions, into _oldest/chapters/. That run
 # also reads a fake GPU result file next to the committed ones, so the tests can check that
-# each chapter really shows the committed GPU figures (tests/test_committed_figures.py).
+# each chapter really shows the committed GPU figures (tests/book/test_committed_figures.py).
 OLDEST_TORCH := $(shell sed -nE 's/^ *"torch>=([0-9.]+)",?$$/\1/p' pyproject.toml)
 OLDEST_TORCHVISION := $(shell sed -nE 's/^ *"torchvision>=([0-9.]+)",?$$/\1/p' pyproject.toml)
 OLDEST_VENV := .venv-oldest

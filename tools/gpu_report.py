@@ -192,7 +192,7 @@ def execute(path: Path, timeout: int) -> tuple[bool, str]:
 
 
 def _output_checker():
-    """The executed-output checks the book's tests apply to every page (tests/test_notebooks.py),
+    """The executed-output checks the book's tests apply to every page (tests/book/test_notebooks.py),
     so a page a test would reject is never written."""
     try:
         from tests.book.test_notebooks import output_problems

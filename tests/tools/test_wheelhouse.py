@@ -1,5 +1,5 @@
 """The wheelhouse for offline GPU servers (tools/wheelhouse.py). Installing from it and
-running the report offline is tested end to end in tests/test_results_pages.py; here, what it
+running the report offline is tested end to end in tests/tools/test_gpu_report.py; here, what it
 asks pip for. Resolving the real pinned set needs the package index, which CI does not have."""
 
 from __future__ import annotations
