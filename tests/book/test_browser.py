@@ -231,21 +231,23 @@ def test_a_pasted_message_falls_back_to_sphinx_without_the_index(server, browser
         page.close()
 
 
-OUTPUT_BOXES = "div.cell_output pre, div.cell_output div.output, div.highlight-text pre"
+# Every code box (code cells and code blocks, hidden ones included) and every output box.
+BOXES = "div.highlight pre, div.cell_output pre, div.cell_output div.output"
 
 
 @pytest.mark.parametrize("file", toc_files())
-def test_no_output_box_is_clipped(file, server, browser):
-    """Outputs (and the messages the troubleshooting index quotes) wrap inside their box
-    (_static/book.css): none hides its end behind a horizontal scroll."""
+def test_no_code_or_output_box_is_clipped(file, server, browser):
+    """Outputs (and the messages the troubleshooting index quotes) wrap inside their box, and
+    code of 88 columns fits its box at 1280 pixels (_static/book.css): none hides its end
+    behind a horizontal scroll."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     try:
         page.goto(f"{server}/{file}.html", wait_until="load")
         clipped = page.evaluate(
             """(selector) => Array.from(document.querySelectorAll(selector))
                 .filter(e => e.scrollWidth > e.clientWidth + 1)
-                .map(e => e.innerText.slice(0, 80))""", OUTPUT_BOXES)
-        assert not clipped, f"{len(clipped)} output boxes are clipped on the right: {clipped[:5]}"
+                .map(e => e.textContent.slice(0, 80))""", BOXES)
+        assert not clipped, f"{len(clipped)} boxes are clipped on the right: {clipped[:5]}"
     finally:
         page.close()
 
