@@ -22,7 +22,7 @@ from helpers.models import LinearRegression
 from helpers.timing import synchronize
 
 __all__ = ["LR", "N", "NOISE_STD", "REPEATS", "STEPS", "TRUE_B", "TRUE_W", "RegressionRun",
-           "fit_regression", "train_step"]
+           "fit_regression", "regression_step"]
 
 #: The tutorials' problem and training recipe.
 N, TRUE_W, TRUE_B, NOISE_STD = 1_000_000, (2.0, -3.0), 10.0, 2.0
@@ -48,7 +48,7 @@ class RegressionRun:
         return float(self.losses[-1])
 
 
-def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
+def regression_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
                x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One full-batch step; returns the loss, still on the device (chapter 4).
 
@@ -106,7 +106,7 @@ def fit_regression(x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, lr: 
     synchronize(device)
     tic = time.perf_counter()
     for step in steps_range:
-        loss = train_step(model, optimizer, loss_fn, x, y)
+        loss = regression_step(model, optimizer, loss_fn, x, y)
         if log_every_step:
             logged.append(loss.item())
         else:

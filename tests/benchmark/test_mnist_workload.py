@@ -35,7 +35,7 @@ def test_quick_run_on_cpu() -> None:
     assert got["cpu_resident_over_tutorial_loader"].unit == "x"
 
 
-def test_tutorial_loader_is_the_seed_style_one() -> None:
+def test_tutorial_loader_is_the_tutorials_one() -> None:
     loader = bench_mnist.tutorial_loader(300)
     assert loader.batch_size == 128 and loader.num_workers == 0
     assert len(loader.dataset) == 300

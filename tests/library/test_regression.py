@@ -11,7 +11,7 @@ from helpers import regression
 from helpers.models import LinearRegression
 
 
-def test_train_step_returns_the_loss_before_the_update() -> None:
+def test_regression_step_returns_the_loss_before_the_update() -> None:
     torch.manual_seed(0)
     x, y = torch.randn(64, 2), torch.randn(64, 1)
     model = LinearRegression()
@@ -19,7 +19,7 @@ def test_train_step_returns_the_loss_before_the_update() -> None:
     loss_fn = torch.nn.MSELoss()
     before = [p.detach().clone() for p in model.parameters()]
     expected = loss_fn(model(x), y).detach()
-    loss = regression.train_step(model, optimizer, loss_fn, x, y)
+    loss = regression.regression_step(model, optimizer, loss_fn, x, y)
     torch.testing.assert_close(loss.detach(), expected)
     assert all(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
     # fit_regression runs the same steps from the same start
@@ -35,18 +35,18 @@ def test_a_training_step_waits_for_the_gpu_only_when_it_reads_the_loss() -> None
     optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     loss_fn = torch.nn.MSELoss()
     losses = torch.empty(1, device=device)
-    regression.train_step(model, optimizer, loss_fn, x, y)  # creates Adam's state
+    regression.regression_step(model, optimizer, loss_fn, x, y)  # creates Adam's state
     with torch.cuda.device(device):
         torch.cuda.set_sync_debug_mode("error")
         try:
-            losses[0] = regression.train_step(model, optimizer, loss_fn, x, y).detach()
+            losses[0] = regression.regression_step(model, optimizer, loss_fn, x, y).detach()
         finally:
             torch.cuda.set_sync_debug_mode("default")
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             torch.cuda.set_sync_debug_mode("warn")
             try:
-                regression.train_step(model, optimizer, loss_fn, x, y).item()
+                regression.regression_step(model, optimizer, loss_fn, x, y).item()
             finally:
                 torch.cuda.set_sync_debug_mode("default")
     assert any("synchroniz" in str(w.message).lower() for w in caught)

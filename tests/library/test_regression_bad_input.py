@@ -60,7 +60,7 @@ ERRORS = [
     ("a learning rate as text", lambda: fit(lr="0.1"), ValueError, ["lr", "'0.1'"]),
     ("a negative seed", lambda: fit(seed=-1), ValueError, ["seed", "-1"]),
     ("a train step with a 1-D target",
-     lambda: regression.train_step(*_step_parts(), X, Y.ravel()), ValueError,
+     lambda: regression.regression_step(*_step_parts(), X, Y.ravel()), ValueError,
      ["(64, 1)", "(64,)", "y.reshape(-1, 1)"]),
 ]
 
@@ -79,11 +79,11 @@ def test_bad_input_gets_a_clear_error(call, error, words) -> None:
         assert word in str(caught.value), (word, str(caught.value))
 
 
-def test_a_refused_train_step_leaves_the_model_as_it_was() -> None:
+def test_a_refused_regression_step_leaves_the_model_as_it_was() -> None:
     model, optimizer, loss_fn = _step_parts()
     before = [p.detach().clone() for p in model.parameters()]
     with pytest.raises(ValueError):
-        regression.train_step(model, optimizer, loss_fn, X, Y.ravel())
+        regression.regression_step(model, optimizer, loss_fn, X, Y.ravel())
     assert all(torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
 
 
@@ -103,7 +103,7 @@ RESULTS = [
     ("logging every step", lambda: fit(log_every_step=True),
      lambda r: r.log_every_step and r.losses.shape == (3,)),
     ("a step with a matching target",
-     lambda: regression.train_step(*_step_parts(), X, Y),
+     lambda: regression.regression_step(*_step_parts(), X, Y),
      lambda r: r.shape == () and r.requires_grad),
 ]
 
