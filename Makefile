@@ -26,7 +26,9 @@ NOTEBOOKS := $(sort $(wildcard chapters/*.ipynb))
 EXECUTED := $(addprefix $(STAGE)/,$(NOTEBOOKS))
 STATIC := _toc.yml intro.md $(wildcard _ext/*.py) $(wildcard _static/*) $(sort $(wildcard chapters/*.md) $(wildcard chapters/*.png) $(wildcard chapters/*.py))
 STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
-HELPERS := $(sort $(wildcard helpers/*.py bench/*.py results/*.json))
+# What the chapters run and show: the reader's library and the committed result files (the
+# benchmark is not among them, so changing it re-executes no chapter).
+HELPERS := $(sort $(wildcard helpers/*.py results/*.json))
 
 .PHONY: book test venv data lint unit notebooks html browser-deps clean distclean bench \
         oldest oldest-venv gpu-report wheelhouse

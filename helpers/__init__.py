@@ -18,6 +18,7 @@ function names, in its docstring, the chapter that introduces it.
 - :mod:`helpers.ddp_mnist`: the DDP training script, ``torchrun -m helpers.ddp_mnist`` (chapter 7)
 - :mod:`helpers.cuda_semantics`: late errors and copy/compute overlap (chapter 11)
 - :mod:`helpers.recipes`: performance recipes for one training step (chapter 12)
+- :mod:`helpers.memory`: training memory predicted on ``meta`` and measured (chapter 13)
 - :mod:`helpers.results`: the committed benchmark results, as tables and plots (chapter 3, appendix)
 
 The book's benchmark (``bench/``) and its maintainers' tools (``tools/``) live beside this
@@ -41,7 +42,8 @@ from . import checks, devices  # noqa: E402
 from .devices import best_device, describe_devices, has_gpu  # noqa: E402
 
 # The other modules are imported on first use (helpers.data, helpers.timing, ...): importing
-# the package stays quick, and `python -m helpers.data` runs without a double import.
+# the package stays quick, and a module run as a script (`torchrun -m helpers.ddp_mnist`) is
+# not imported twice.
 _LAZY = ("checkpoints", "cuda_semantics", "data", "images", "launch", "matmul", "memory", "models",
          "plotting", "recipes", "regression", "results", "timing", "training")
 
@@ -81,22 +83,8 @@ def _minimum(package: str) -> str:
 MIN_TORCH = _minimum("torch")
 
 
-__all__ = [
-    "MIN_TORCH",
-    "best_device",
-    "chapter_setup",
-    "checks",
-    "checkpoints",
-    "data",
-    "describe_devices",
-    "devices",
-    "has_gpu",
-    "models",
-    "plotting",
-    "results",
-    "timing",
-    "training",
-]
+__all__ = ["MIN_TORCH", "best_device", "chapter_setup", "checks", "describe_devices", "devices",
+           "has_gpu", *_LAZY]
 
 def _release(version: str) -> tuple[int, ...]:
     # "2.10.0+cu128" -> (2, 10): compared as numbers, since "2.10" < "2.9" as strings.

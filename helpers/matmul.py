@@ -33,13 +33,10 @@ from helpers.timing import Timing, _check_sizes, _device, benchmark, matmul_flop
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["MODES", "SWEEP_SIZES", "TENSOR_CORES_SINCE", "TUTORIAL_SHAPE", "crossover",
+__all__ = ["MODES", "SWEEP_SIZES", "TENSOR_CORES_SINCE", "crossover",
            "fp32_precision",
            "huge_pages_for_large_blocks", "minor_page_faults", "num_threads",
            "other_allocator_loaded", "supported_modes", "sweep_sizes", "time_matmul"]
-
-#: The tutorials' product: (m, k) @ (k, n).
-TUTORIAL_SHAPE = (10_000, 200, 10_000)
 
 #: Number formats the sweep knows: the name used in figures -> (dtype, fp32 matmul precision).
 MODES: dict[str, tuple[torch.dtype, str]] = {

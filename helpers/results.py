@@ -8,9 +8,9 @@ by the book's benchmark (``python -m bench``, in a clone of the book), never by 
 The result files travel with the package (``helpers/_results``), so an installed copy (Colab)
 shows the same figures as a checkout of the book.
 
-A result file is JSON (schema version 2; version 1 files are read too)::
+A result file is JSON (schema :data:`SCHEMA_VERSION`; every older version is read too)::
 
-    {"schema_version": 2, "date": "...", "command": "...",
+    {"schema_version": SCHEMA_VERSION, "date": "...", "command": "...",
      "machine": {"slug": ..., "device_name": ..., "gpu_count": ..., "accelerator": ...,
                  "driver": ..., "cuda": ..., "torch": ..., "book_commit": ..., "flags": ...},
      "figures": [{"workload": ..., "chapter": ..., "name": ..., "value": ..., "unit": ...,
@@ -33,7 +33,7 @@ __all__ = ["READABLE_VERSIONS", "RESULTS_ENV_VAR", "SCHEMA_VERSION", "committed"
            "figures_table", "load_results", "machine_label", "machine_labels", "machine_stamp",
            "machines_table", "missing_figures", "peak_share_table", "plot_workload",
            "axis_label", "is_noisy", "plot_alt", "plot_panels", "show_figure",
-           "results_dir", "show_committed", "speedup_table", "workloads"]
+           "results_dir", "show_committed", "software_versions", "speedup_table", "workloads"]
 
 RESULTS_ENV_VAR = "BOOK_RESULTS_DIR"
 #: The version the benchmark writes (the one definition; ``bench/schema.py`` checks against it).
@@ -41,7 +41,7 @@ RESULTS_ENV_VAR = "BOOK_RESULTS_DIR"
 #: the precision flags) stay readable and valid.
 #: Version 3 renamed the figures that named the tutorials' product and loader (below).
 SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = tuple(range(1, SCHEMA_VERSION + 1))
 
 #: Figure names before version 3 -> their names since.
 RENAMED_FIGURES = {
@@ -221,17 +221,23 @@ def _in_kernel() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def software_versions(machine: dict[str, Any]) -> list[str]:
+    """The software a measurement ran on, as a machine record names it: the driver and CUDA
+    or ROCm/HIP where the machine has them, then torch (chapter 3; also a recorded page's
+    note)."""
+    versions = [f"driver {machine['driver']}"] if machine.get("driver") else []
+    if machine.get("cuda"):
+        versions.append(f"CUDA {machine['cuda']}")
+    if machine.get("hip"):
+        versions.append(f"ROCm/HIP {machine['hip']}")
+    return [*versions, f"torch {machine.get('torch', '?')}"]
+
+
 def machine_stamp(doc: dict[str, Any], label: str | None = None) -> str:
     """One line naming the hardware and versions behind a result file (chapter 3)."""
     parts = [label or machine_label(doc)]  # machine_label refuses what is not a result file
     m = doc["machine"]
-    if m.get("driver"):
-        parts.append(f"driver {m['driver']}")
-    if m.get("cuda"):
-        parts.append(f"CUDA {m['cuda']}")
-    if m.get("hip"):
-        parts.append(f"ROCm/HIP {m['hip']}")
-    parts.append(f"torch {m.get('torch', '?')}")
+    parts += software_versions(m)
     parts.append(f"measured {str(doc.get('date', '?'))[:10]}")
     commit = m.get("book_commit") or "unknown"
     parts.append(f"book commit {commit[:10]}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import statistics
 import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -210,19 +209,20 @@ def benchmark(
         num_threads=num_threads or torch.get_num_threads(),
         timer=device_clock(device),
     )
-    measurement = timer.blocked_autorange(min_run_time=min_run_time)
-    times = [float(t) for t in measurement.times]
-    while len(times) < min_runs:  # a slow call fits only a few runs into min_run_time
-        times += [float(t) for t in timer.timeit(measurement.number_per_run).times]
-    q = statistics.quantiles(times, n=4) if len(times) >= 2 else [times[0]] * 3
+    measurements = [timer.blocked_autorange(min_run_time=min_run_time)]
+    per_run = measurements[0].number_per_run
+    while sum(len(m.times) for m in measurements) < min_runs:
+        measurements.append(timer.timeit(per_run))  # a slow call fits few runs in min_run_time
+    # torch's own statistics (its quantiles, the ones its noise warning uses) over every run.
+    measurement = tbench.Measurement.merge(measurements)[0]
     return Timing(
         label=name,
         device=str(device),
-        median=float(statistics.median(times)),
-        iqr=float(q[2] - q[0]),
-        mean=float(statistics.fmean(times)),
-        times=tuple(times),
-        number_per_run=int(measurement.number_per_run),
+        median=float(measurement.median),
+        iqr=float(measurement.iqr),
+        mean=float(measurement.mean),
+        times=tuple(float(t) for t in measurement.times),
+        number_per_run=int(per_run),
     )
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
-import importlib.util
+import importlib
 import json
 import os
 import shutil
@@ -83,13 +83,6 @@ def code_hash(nb) -> str:
             digest.update(cell.source.strip().encode())
             digest.update(b"\0")
     return digest.hexdigest()
-
-
-def _notebook_tools():
-    spec = importlib.util.spec_from_file_location("book_notebook_tools", ROOT / "tools" / "notebook.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # Recording ---------------------------------------------------------------------------------
@@ -149,13 +142,9 @@ def check_torch() -> str:
 
 def stamp_text(run: dict[str, Any]) -> str:
     """The note under a recorded page's title."""
-    versions = [f"torch {run['torch']}"]
-    if run.get("cuda"):
-        versions.append(f"CUDA {run['cuda']}")
-    if run.get("hip"):
-        versions.append(f"ROCm/HIP {run['hip']}")
-    if run.get("driver"):
-        versions.append(f"driver {run['driver']}")
+    from helpers.results import software_versions
+
+    versions = software_versions(run)
     commit = run.get("book_commit") or "unknown"
     return ("```{note}\n"
             f"The outputs on this page come from a run on **{run['machine_label']}** "
@@ -336,7 +325,7 @@ def record(args: argparse.Namespace) -> int:
     # No page of an earlier run survives a chapter that fails now (or one deleted since).
     if not args.chapters and not args.resume and not args.no_chapters:
         shutil.rmtree(pages, ignore_errors=True)
-    tools = _notebook_tools()
+    from tools import notebook as tools  # the checkout is on sys.path (use_checkout)
     not_run: list[str] = []
     for source in chosen:
         if out_of_time():

@@ -56,6 +56,32 @@ def test_benchmark_repeats_a_slow_call_until_it_has_enough_runs():
     assert len(calls) >= 6
 
 
+def test_benchmark_reports_torchs_own_statistics(monkeypatch):
+    """Median, spread and the noise flag are torch.utils.benchmark's: its quantiles, over
+    every run, so the flag agrees with torch's own variance warning."""
+    import torch.utils.benchmark as tbench
+
+    spec = tbench.Timer(stmt="pass")._task_spec  # what a real Timer labels its runs with
+
+    class FakeTimer:  # three runs in the time given, then two more runs on request
+        def __init__(self, **kwargs):
+            pass
+
+        def blocked_autorange(self, min_run_time):
+            return tbench.Measurement(1, [1.0, 2.0, 3.0], spec)
+
+        def timeit(self, number):
+            return tbench.Measurement(number, [4.0 * number, 5.0 * number], spec)
+
+    monkeypatch.setattr(timing.tbench, "Timer", FakeTimer)
+    result = benchmark(lambda: None, warmup=0, min_runs=5)
+    torch_view = tbench.Measurement(1, [1.0, 2.0, 3.0, 4.0, 5.0], spec)
+    assert result.times == (1.0, 2.0, 3.0, 4.0, 5.0)
+    assert (result.median, result.iqr, result.mean) == (3.0, 2.0, 3.0)  # statistics: IQR 3
+    assert (result.median, result.iqr) == (torch_view.median, torch_view.iqr)
+    assert result.noisy == torch_view.has_warnings
+
+
 def test_timing_flags_a_wide_spread():
     def timing_of(times):
         q = statistics.quantiles(times, n=4)
