@@ -58,6 +58,7 @@ SUMMARY_NAME = "summary.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The script's options from ``argv`` (default ``sys.argv[1:]``), checked (chapter 7)."""
     parser = argparse.ArgumentParser(
         prog="torchrun --nproc-per-node N -m helpers.ddp_mnist",
         description="Train the MNIST CNN with DistributedDataParallel (chapter 7).",
@@ -154,6 +155,7 @@ def _log(rank: int, message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """Train the MNIST CNN with DDP in each process torchrun starts (chapter 7)."""
     args = parse_args(argv)
     if "RANK" not in os.environ:
         raise SystemExit("run this script with torchrun, for example: "

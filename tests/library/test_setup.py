@@ -1,4 +1,5 @@
-"""The package as a whole: chapter_setup, lazy submodules, the notebook tool."""
+"""The package as a whole: chapter_setup (banner, seed, device, the oldest torch supported),
+lazy submodules, and a docstring naming its chapter on every public helper."""
 
 import subprocess
 import sys
@@ -48,15 +49,19 @@ def test_every_public_helper_has_a_docstring_naming_its_chapter():
     import importlib
     import inspect
 
+    # Every module of the library: the lazy ones (helpers._LAZY) and those loaded at once.
+    names = sorted(p.stem for p in (ROOT / "helpers").glob("*.py") if not p.stem.startswith("_"))
+    assert set(helpers._LAZY) <= set(names), "a lazy module without its own file"
     missing = []
-    for name in ("devices", "timing", "data", "models", "training", "plotting", "checkpoints", "results"):
-        module = importlib.import_module(f"helpers.{name}")
+    for module in [helpers, *(importlib.import_module(f"helpers.{name}") for name in names)]:
+        assert module.__all__, module.__name__
         for attr in module.__all__:
             obj = getattr(module, attr)
-            if inspect.isfunction(obj) or inspect.isclass(obj):
-                doc = inspect.getdoc(obj) or ""
-                if "chapter" not in doc.lower() and "appendix" not in doc.lower():
-                    missing.append(f"{name}.{attr}")
+            if inspect.ismodule(obj) or not callable(obj):
+                continue  # constants and submodules
+            doc = inspect.getdoc(obj) or ""
+            if "chapter" not in doc.lower() and "appendix" not in doc.lower():
+                missing.append(f"{module.__name__}.{attr}")
     assert not missing, f"docstrings that name no chapter: {missing}"
 
 
