@@ -81,3 +81,11 @@ def copy_root(tmp_path: Path, real_root: Path) -> Path:
     for name in MNIST_FILES:
         shutil.copy(real_root / "MNIST" / "raw" / name, raw / name)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def troubleshooting():
+    """The entries of the troubleshooting page (chapter 9), by label."""
+    from tests.support import read_entries
+
+    return read_entries()

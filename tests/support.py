@@ -1,13 +1,134 @@
-"""Helpers the book's tests share (fixtures live in conftest.py)."""
+"""Helpers the book's tests share (fixtures live in conftest.py): bad input refused clearly,
+commands and processes, result documents, executed pages, and the troubleshooting page."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bench import core
 from helpers import results as report
+from tests.conftest import ROOT
+
+# -- bad input: a clear error, and nothing half-done ------------------------------------------
+
+
+def assert_mentions(text: str, words: Iterable[str]) -> None:
+    """Every one of ``words`` is in ``text``; a failure names the missing word and the text."""
+    for word in words:
+        assert word in text, (word, text)
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+def _state(model) -> list[tuple[str, Any]]:
+    return [(name, t.detach().clone()) for name, t in model.state_dict().items()]
+
+
+def assert_clear_error(call: Callable[[], object],
+                       error: type[BaseException] | tuple[type[BaseException], ...],
+                       words: Iterable[str], *, folder: Path | None = None, model=None,
+                       settings: Callable[[], object] | None = None) -> BaseException:
+    """``call()`` is refused with ``error``, whose message holds every one of ``words`` (the
+    bad value and what to do), and leaves nothing half-done: ``folder`` holds the same files
+    as before, ``model`` (an ``nn.Module``) the same weights and buffers, and ``settings()``
+    returns what it returned before. Returns the exception, for checks of its own."""
+    import torch
+
+    files = _files(folder) if folder is not None else None
+    state = _state(model) if model is not None else None
+    before = settings() if settings is not None else None
+    with pytest.raises(error) as info:
+        call()
+    assert_mentions(str(info.value), words)
+    if folder is not None:
+        assert _files(folder) == files, "a refused call left something behind"
+    if model is not None:
+        after = _state(model)
+        assert [n for n, _ in after] == [n for n, _ in state] and all(
+            torch.equal(a, b) for (_, a), (_, b) in zip(after, state, strict=True)), \
+            "a refused call changed the model"
+    if settings is not None:
+        assert settings() == before, "a refused call changed a setting"
+    return info.value
+
+
+# -- commands and processes -------------------------------------------------------------------
+
+
+def run_command(cmd: list, **kwargs) -> subprocess.CompletedProcess:
+    """Run ``cmd``, which must succeed; a failure shows the end of its output."""
+    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
+    assert result.returncode == 0, \
+        f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    return result
+
+
+def run_bench(*argv: str) -> int:
+    """``python -m bench`` in this process, without its progress bars."""
+    from bench import __main__ as runner
+
+    return runner.main(["--no-progress", *argv])
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (Linux: read from /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie has exited; only its exit status is left
+
+
+# -- result documents (what ``python -m bench`` writes) ----------------------------------------
+
+#: One figure of a result document; :func:`figure` varies it.
+FIGURE = {"workload": "matmul", "chapter": 3, "name": "fp32_tflops", "value": 1.5,
+          "unit": "TFLOP/s", "device": "cuda:0", "spread": 0.1, "note": ""}
+
+
+def figure(**changes) -> dict:
+    """:data:`FIGURE` with ``changes``."""
+    return {**FIGURE, **changes}
+
+
+def result_doc(slug: str = "gpu-x1", figures: list[dict] | None = None, *, gpu_count: int = 1,
+               device_name: str | None = None, version: int = report.SCHEMA_VERSION,
+               **changes) -> dict:
+    """A result document of schema ``version`` that passes ``bench.schema.validate``: machine
+    ``slug`` with ``gpu_count`` GPUs named ``device_name`` (default ``Device <slug>``) and its
+    ``figures`` (default: one :data:`FIGURE`); ``changes`` replace top-level keys. Version 1
+    lacks the machine keys version 2 added."""
+    name = device_name or f"Device {slug}"
+    machine = {"slug": slug, "device_name": name, "gpu_count": gpu_count,
+               "gpus": [{"index": i, "name": name} for i in range(gpu_count)],
+               "accelerator": "cuda" if gpu_count else None, "cpu": "Some CPU", "cpu_count": 8,
+               "driver": "580.1" if gpu_count else None, "cuda": "13.0" if gpu_count else None,
+               "torch": "2.14.1", "python": "3.11.9", "platform": "Linux",
+               "book_commit": "abc1234def", "flags": {"cuda_matmul_allow_tf32": False}}
+    if version == 1:
+        for key in ("accelerator", "book_commit", "flags"):
+            del machine[key]
+    doc = {"schema_version": version, "date": "2026-01-02T03:04:05+00:00",
+           "command": "python -m bench", "quick": False, "duration_s": 12.5, "machine": machine,
+           "figures": [figure()] if figures is None else figures}
+    return {**doc, **changes}
+
+
+def write_result(folder: Path, content: Any, name: str | None = None) -> Path:
+    """Write ``content`` (a document, or any JSON value or text) into ``folder`` as ``name``
+    (default: the document's ``<slug>.json``)."""
+    path = folder / (name or f"{content['machine']['slug']}.json")
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
 
 
 def check_report(docs: list[dict]) -> None:
@@ -44,6 +165,7 @@ FAKE_GPU = {"index": 0, "name": "Example GPU 80GB", "capability": "9.0", "memory
 def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: int = 1) -> None:
     """Run the real runner on fake workloads: this machine's CPU, plus made-up GPU machines."""
     from bench import __main__ as runner
+    from bench import core
 
     real_info = core.machine_info()
     with monkeypatch.context() as m:
@@ -70,7 +192,7 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
             dev = "cuda:0" if state["gpu"] else "cpu"
             return [core.Figure("images per second", 900.0 * state["scale"], "images/s", dev)]
 
-        assert runner.main(["--no-progress", "--out", str(folder)]) == 0
+        assert run_bench("--out", str(folder)) == 0
         state["gpu"] = True
         for i in range(gpu_machines):
             state["scale"] = 10.0 * (i + 1)
@@ -78,4 +200,172 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
             m.setattr(core, "machine_info", lambda gpu=gpu: {
                 **real_info, "device_name": gpu["name"], "gpu_count": 1, "gpus": [gpu],
                 "driver": "570.1", "cuda": "12.8", "cudnn": 90100, "accelerator": "cuda"})
-            assert runner.main(["--no-progress", "--out", str(folder)]) == 0
+            assert run_bench("--out", str(folder)) == 0
+
+
+# -- the book's pages --------------------------------------------------------------------------
+
+
+def toc_files() -> list[str]:
+    """The book's pages, as _toc.yml lists them (paths without a suffix)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [entry["file"] for entry in part["chapters"]]
+    return files
+
+
+def code_cells(nb):
+    """The notebook's code cells."""
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+WARNING_PATTERNS = [
+    re.compile(r"\b[A-Z][A-Za-z]*Warning\b"),        # UserWarning, FutureWarning, ...
+    re.compile(r"warnings\.warn"),
+    re.compile(r"^[WE]\d{4} \d\d:\d\d:\d\d", re.M),  # glog-style lines from torch's C++ side
+    re.compile(r"\bWARNING\b"),
+    re.compile(r"deprecated", re.I),
+]
+
+
+def output_texts(cell) -> list[tuple[str, str]]:
+    """Each output of ``cell`` as (stdout, stderr, data or error; its text)."""
+    texts = []
+    for out in cell.get("outputs", []):
+        kind = out.get("output_type")
+        if kind == "stream":
+            texts.append((out.get("name", "stdout"), out.get("text", "")))
+        elif kind in ("execute_result", "display_data"):
+            texts.append(("data", str(out.get("data", {}).get("text/plain", ""))))
+        elif kind == "error":
+            texts.append(("error", "\n".join(out.get("traceback", []))))
+    return texts
+
+
+def output_problems(nb) -> list[str]:
+    """What a reader must never see in an executed chapter: a warning, a stray traceback, text
+    on stderr, or an error outside a ``raises-exception`` cell (and such a cell that raised
+    nothing). Used for every executed copy: the book's, the oldest-torch run's and recorded pages.
+    """
+    problems = []
+    for i, cell in enumerate(code_cells(nb)):
+        tagged = "raises-exception" in cell.metadata.get("tags", [])
+        texts = output_texts(cell)
+        errors = [t for kind, t in texts if kind == "error"]
+        if tagged and not errors:
+            problems.append(f"code cell {i} is tagged raises-exception but raised nothing")
+        if not tagged and errors:
+            problems.append(f"code cell {i} raised: {errors[0][-300:]}")
+        for kind, text in texts:
+            if kind == "error":
+                continue
+            if kind == "stderr":
+                problems.append(f"code cell {i} wrote to stderr: {text[:300]!r}")
+            if "Traceback (most recent call last)" in text:
+                problems.append(f"code cell {i} prints a traceback")
+            for pattern in WARNING_PATTERNS:
+                m = pattern.search(text)
+                if m:
+                    start = max(0, m.start() - 120)
+                    problems.append(f"code cell {i} shows a warning: {text[start:m.end() + 200]!r}")
+                    break
+    return problems
+
+
+# -- the troubleshooting page (chapter 9) ------------------------------------------------------
+
+TROUBLESHOOTING = ROOT / "chapters" / "09_troubleshooting.md"
+LABEL = re.compile(r"^\((err-[a-z0-9-]+)\)=$", re.M)
+# The entry's last line, in small print: how it was checked.
+# "Quoted for" where the tests cannot check the message on the machines that build the book.
+MARK = re.compile(r"^<small>(?P<verb>Checked with|Quoted for) torch (?P<version>[\w.+]+): "
+                  r"(?P<how>[^<]+)</small>$", re.M)
+KINDS = {"reproduced live": "live", "found in installed files": "files",
+         "found only in macOS builds": "macos"}
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def normalise(text: str) -> str:
+    """Trailing spaces and terminal colour codes (bold text) do not count."""
+    return "\n".join(line.rstrip() for line in ANSI.sub("", text).strip().splitlines())
+
+
+@dataclass
+class Entry:
+    """One entry of the troubleshooting page: a message PyTorch prints, quoted."""
+
+    label: str
+    group: str
+    heading: str
+    blocks: list[str]
+    version: str
+    kind: str
+    how: str
+    text: str = field(repr=False)
+    # Wordings of the oldest supported torch, where it prints the message differently: a block
+    # whose paragraph before it ends with "torch X.Y.Z prints:".
+    older: dict[str, list[str]] = field(default_factory=dict)
+
+
+# A dropdown whose title starts "torch X.Y.Z" holds that torch's wording (the oldest supported);
+# other dropdowns hold further forms of the message.
+DROPDOWN = re.compile(r"^:::\{dropdown\} (?P<title>[^\n]+)\n(?P<body>.*?)^:::$", re.M | re.S)
+OLDER = re.compile(r"^torch (\d+\.\d+\.\d+) ")
+
+
+def read_entries() -> dict[str, Entry]:
+    """The page's entries by label, each checked for the parts every entry has."""
+    text = TROUBLESHOOTING.read_text()
+    found: dict[str, Entry] = {}
+    starts = [m.start() for m in LABEL.finditer(text)] + [len(text)]
+    for start, end in zip(starts, starts[1:], strict=False):
+        chunk = re.split(r"(?m)^\(grp-", text[start:end])[0]  # up to the next group
+        label = LABEL.match(chunk).group(1)
+        assert label not in found, f"label {label} appears twice"
+        groups = re.findall(r"^## (.+)$", text[:start], re.M)
+        heading = re.search(r"^### (.+)$", chunk, re.M)
+        assert heading, f"[{label}] has no ### heading after its label"
+        mark = MARK.search(chunk)
+        assert mark, f"[{label}] has no '<small>Checked with torch X: ...</small>' line"
+        kind = next((k for words, k in KINDS.items() if mark["how"].startswith(words)), None)
+        assert kind, f"[{label}] says how it was checked in words the tests do not know"
+        assert (mark["verb"] == "Quoted for") == (kind == "macos"), \
+            f"[{label}] 'Quoted for' is for messages found only in macOS builds, and they use it"
+        assert chunk.rstrip().endswith(mark[0]), f"[{label}] the 'Checked with' line is not last"
+        blocks: list[str] = []
+        older: dict[str, list[str]] = {}
+        dropdowns = [(d.start("body"), d.end("body"), OLDER.match(d["title"]))
+                     for d in DROPDOWN.finditer(chunk)]
+        for block in re.finditer(r"```text\n(.*?)```", chunk, flags=re.S):
+            version = next((v for start, end, v in dropdowns
+                            if start <= block.start() < end), None)
+            if version:
+                older.setdefault(version[1], []).append(normalise(block[1]))
+            else:
+                blocks.append(normalise(block[1]))
+        assert blocks, f"[{label}] quotes no message in a ```text block"
+        found[label] = Entry(label, groups[-1] if groups else "", heading[1].strip(), blocks,
+                             mark["version"], kind, mark["how"], chunk, older)
+    return found
+
+
+def type_name(cls: type) -> str:
+    """How a traceback names an exception class."""
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def line(exc: BaseException) -> str:
+    """The end of a traceback: ``ErrorType: message``."""
+    return normalise(f"{type_name(type(exc))}: {exc}")
+
+
+def raised(fn: Callable, *, expected: type = Exception) -> BaseException:
+    """The exception ``fn()`` raises (an ``expected`` one); it must raise."""
+    try:
+        fn()
+    except expected as exc:  # noqa: PERF203
+        return exc
+    raise AssertionError("no exception was raised")

@@ -15,7 +15,8 @@ import pytest
 from bench import __main__ as runner
 from bench import core, schema
 from bench.core import Figure
-from tests.conftest import ROOT  # noqa: E402
+from tests.conftest import ROOT
+from tests.support import run_bench
 
 
 @pytest.fixture
@@ -56,10 +57,6 @@ def bench(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     return state
 
 
-def run(*argv: str) -> int:
-    return runner.main(["--no-progress", *argv])
-
-
 def only_file(folder: Path) -> Path:
     files = sorted(folder.glob("*"))
     assert len(files) == 1, f"expected one file in {folder}, found {[f.name for f in files]}"
@@ -85,7 +82,7 @@ def _fake_torch_devices(monkeypatch, kind: str, count: int) -> None:
 
 
 def test_full_run_writes_one_valid_file_named_after_the_machine(bench, capsys):
-    assert run() == 0
+    assert run_bench() == 0
     path = only_file(bench.results)
     doc = json.loads(path.read_text())
     assert schema.validate(doc) == []
@@ -103,10 +100,10 @@ def test_full_run_writes_one_valid_file_named_after_the_machine(bench, capsys):
 
 
 def test_second_run_replaces_the_machines_file(bench, capsys):
-    assert run() == 0
+    assert run_bench() == 0
     path = only_file(bench.results)
     first = json.loads(path.read_text())
-    assert run() == 0
+    assert run_bench() == 0
     assert only_file(bench.results) == path
     second = json.loads(path.read_text())
     assert first["figures"][0]["value"] == 2.0 and second["figures"][0]["value"] == 3.0
@@ -115,11 +112,11 @@ def test_second_run_replaces_the_machines_file(bench, capsys):
 
 @pytest.mark.parametrize("error", [RuntimeError("CUDA out of memory"), KeyboardInterrupt()])
 def test_a_failed_run_leaves_the_previous_file_intact(bench, capsys, error):
-    assert run() == 0
+    assert run_bench() == 0
     path = only_file(bench.results)
     before = path.read_bytes()
     bench.fail = error
-    assert run() == 1
+    assert run_bench() == 1
     assert path.read_bytes() == before
     assert only_file(bench.results) == path  # no temporary file left behind
     err = capsys.readouterr().err
@@ -130,7 +127,7 @@ def test_a_failed_run_leaves_the_previous_file_intact(bench, capsys, error):
 
 def test_a_failed_first_run_writes_nothing(bench):
     bench.fail = ValueError("broken")
-    assert run() == 1
+    assert run_bench() == 1
     assert not any(bench.results.glob("*"))  # the folder was checked for writing, no file or not any(bench.results.iterdir())
 
 
@@ -140,7 +137,7 @@ def test_a_workload_returning_no_figures_or_bad_ones_fails(bench, bad, capsys):
     def gamma(device, *, quick):
         return bad
 
-    assert run() == 1
+    assert run_bench() == 1
     assert not any(bench.results.glob("*"))  # the folder was checked for writing, no file
     assert "gamma" in capsys.readouterr().err
 
@@ -150,13 +147,13 @@ def test_figures_that_break_the_schema_are_not_written(bench, capsys):
     def gamma(device, *, quick):
         return [Figure("t", 1.0, "s", "cpu"), Figure("t", 2.0, "s", "cpu")]
 
-    assert run() == 1
+    assert run_bench() == 1
     assert not any(bench.results.glob("*"))  # the folder was checked for writing, no file
     assert "twice" in capsys.readouterr().err
 
 
 def test_list_names_every_workload_in_chapter_order(bench, capsys):
-    assert run("--list") == 0
+    assert run_bench("--list") == 0
     lines = capsys.readouterr().out.splitlines()
     assert [ln.split()[0] for ln in lines] == ["alpha", "beta"]
     assert "A fake matrix multiply." in lines[0]
@@ -164,28 +161,28 @@ def test_list_names_every_workload_in_chapter_order(bench, capsys):
 
 
 def test_only_runs_the_named_workloads_and_writes_a_scratch_file(bench):
-    assert run("--only", "beta") == 0
+    assert run_bench("--only", "beta") == 0
     assert bench.calls == 0 and not bench.results.exists()
     doc = json.loads(only_file(bench.scratch).read_text())
     assert {f["workload"] for f in doc["figures"]} == {"beta"}
-    assert run("--only", "beta", "--only", "alpha", "--out", str(bench.scratch / "two")) == 0
+    assert run_bench("--only", "beta", "--only", "alpha", "--out", str(bench.scratch / "two")) == 0
     doc = json.loads(only_file(bench.scratch / "two").read_text())
     assert {f["workload"] for f in doc["figures"]} == {"alpha", "beta"}
     assert doc["command"].endswith("--only beta --only alpha --out " + str(bench.scratch / "two"))
 
 
 def test_unknown_workload_is_refused(bench, capsys):
-    assert run("--only", "nope") == 2
+    assert run_bench("--only", "nope") == 2
     assert "unknown workload(s) 'nope'" in capsys.readouterr().err
 
 
 def test_quick_runs_never_write_into_results(bench, capsys):
-    assert run("--quick") == 0
+    assert run_bench("--quick") == 0
     doc = json.loads(only_file(bench.scratch).read_text())
     assert doc["quick"] is True and doc["figures"][0]["value"] == 0.5
     assert not bench.results.exists()
     for argv in (["--quick"], ["--only", "alpha"]):
-        assert run(*argv, "--out", str(bench.results)) == 2
+        assert run_bench(*argv, "--out", str(bench.results)) == 2
         assert "may not write into" in capsys.readouterr().err
     assert not bench.results.exists()
 
@@ -194,14 +191,14 @@ def test_a_device_other_than_the_best_one_gets_its_own_file(bench, monkeypatch):
     import helpers.devices
 
     monkeypatch.setattr(helpers.devices, "available_devices", lambda: ["cuda:0", "cpu"])
-    assert run("--device", "cpu") == 0
+    assert run_bench("--device", "cpu") == 0
     path = only_file(bench.results)
     assert path.stem.endswith("-on-cpu")
     assert schema.validate_file(path) == []
 
 
 def test_a_missing_device_is_refused(bench, capsys):
-    assert run("--device", "cuda:7") == 2
+    assert run_bench("--device", "cuda:7") == 2
     err = capsys.readouterr().err
     assert "not available" in err or "does not exist" in err
 
@@ -209,11 +206,11 @@ def test_a_missing_device_is_refused(bench, capsys):
 def test_a_broken_workload_module_is_reported_and_stops_the_run(bench, monkeypatch, capsys):
     monkeypatch.setattr(runner, "load_workload_modules",
                         lambda package=None: [("bench.broken", "ImportError: no lib")])
-    assert run() == 2
+    assert run_bench() == 2
     err = capsys.readouterr().err
     assert "bench.broken failed to import: ImportError: no lib" in err
     assert not bench.results.exists()
-    assert run("--list") == 2
+    assert run_bench("--list") == 2
 
 
 def test_load_workload_modules_imports_each_module_and_reports_failures(tmp_path, monkeypatch):
@@ -285,7 +282,7 @@ def test_the_machine_record_names_the_commit_and_the_flags(monkeypatch):
 
 
 def test_meta_is_refused_with_a_message(bench, capsys):
-    assert run("--device", "meta") == 2
+    assert run_bench("--device", "meta") == 2
     assert "meta device" in capsys.readouterr().err
     assert bench.calls == 0 and not bench.results.exists()
 
@@ -293,20 +290,20 @@ def test_meta_is_refused_with_a_message(bench, capsys):
 def test_an_unwritable_folder_stops_the_run_before_measuring(bench, tmp_path, capsys):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    assert run("--out", str(blocker / "results")) == 2
+    assert run_bench("--out", str(blocker / "results")) == 2
     err = capsys.readouterr().err
     assert "cannot write the result file" in err and "nothing was measured" in err
     assert bench.calls == 0
 
 
 def test_banners_say_which_kind_of_run(bench, capsys):
-    assert run("--only", "alpha") == 0
+    assert run_bench("--only", "alpha") == 0
     assert "(partial run)" in capsys.readouterr().out
-    assert run("--quick") == 0
+    assert run_bench("--quick") == 0
     assert "(quick run)" in capsys.readouterr().out
-    assert run("--quick", "--only", "beta") == 0
+    assert run_bench("--quick", "--only", "beta") == 0
     assert "(quick and partial run)" in capsys.readouterr().out
-    assert run("--only", "alpha", "--only", "beta") == 0
+    assert run_bench("--only", "alpha", "--only", "beta") == 0
     assert "(full run)" in capsys.readouterr().out
 
 
@@ -317,7 +314,7 @@ def test_without_a_checkout_a_scratch_run_goes_to_a_temporary_folder(bench, monk
     (tmp_path / "tmp").mkdir()
     monkeypatch.delenv("BOOK_RESULTS_DIR")
     for argv in (["--quick"], []):  # a full run too: never into site-packages
-        assert run(*argv) == 0
+        assert run_bench(*argv) == 0
         out = capsys.readouterr().out
         assert "No checkout of the book here" in out
     written = sorted((tmp_path / "tmp").glob("book-bench-*/*.json"))
@@ -326,7 +323,7 @@ def test_without_a_checkout_a_scratch_run_goes_to_a_temporary_folder(bench, monk
 
 
 def test_scratch_runs_from_a_checkout_stay_inside_it(bench):
-    assert run("--quick") == 0
+    assert run_bench("--quick") == 0
     assert bench.scratch.is_dir()
     assert bench.scratch.resolve().is_relative_to(core.book_root().resolve())
 

@@ -14,9 +14,9 @@ from urllib.parse import quote_plus
 import nbformat
 import pytest
 
-from tests.book.test_notebooks import repository_url, toc_files
-from tests.book.test_troubleshooting import read_entries
 from tests.conftest import BUILD, ROOT, STAGE
+from tests.support import read_entries, toc_files
+from tools.notebook import repository_url
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

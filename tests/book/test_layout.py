@@ -52,6 +52,7 @@ def test_chapters_import_neither_benchmark_nor_tools(path: Path):
     for cell in nb.cells:
         if cell.cell_type == "code":
             assert not imported_roots(cell.source) & UPSTAIRS, cell.source[:200]
+            assert not re.search(r"helpers\.bench", cell.source), "the benchmark is not in helpers"
         else:
             assert not re.search(r"\b(bench|tools)\.\w+\.\w+\(", cell.source), \
                 "prose that teaches a benchmark or tool function as a reader's API"

@@ -10,36 +10,20 @@ from pathlib import Path
 
 import nbformat
 import pytest
-import yaml
 
 from tests.conftest import OLDEST, ROOT, STAGE
+from tests.support import code_cells, output_problems, output_texts, toc_files
 from tools import notebook as notebook_tool
 
 HARDWARE = {"cpu", "gpu", "multi-gpu"}
-
-
-def toc_files() -> list[str]:
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    files = [toc["root"]]
-    for part in toc.get("parts", []):
-        files += [entry["file"] for entry in part["chapters"]]
-    return files
 
 
 def toc_notebooks() -> list[Path]:
     return [ROOT / f"{f}.ipynb" for f in toc_files() if (ROOT / f"{f}.ipynb").exists()]
 
 
-def repository_url() -> str:
-    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-
-
 NOTEBOOKS = toc_notebooks()
 IDS = [p.stem for p in NOTEBOOKS]
-
-
-def code_cells(nb):
-    return [c for c in nb.cells if c.cell_type == "code"]
 
 
 def test_every_toc_entry_exists_and_every_chapter_is_listed():
@@ -167,58 +151,6 @@ def test_check_cells_say_what_they_check(path):
 
 
 # ---- executed outputs (after `make book`) --------------------------------------------------
-
-WARNING_PATTERNS = [
-    re.compile(r"\b[A-Z][A-Za-z]*Warning\b"),        # UserWarning, FutureWarning, ...
-    re.compile(r"warnings\.warn"),
-    re.compile(r"^[WE]\d{4} \d\d:\d\d:\d\d", re.M),  # glog-style lines from torch's C++ side
-    re.compile(r"\bWARNING\b"),
-    re.compile(r"deprecated", re.I),
-]
-
-
-def output_texts(cell) -> list[tuple[str, str]]:
-    texts = []
-    for out in cell.get("outputs", []):
-        kind = out.get("output_type")
-        if kind == "stream":
-            texts.append((out.get("name", "stdout"), out.get("text", "")))
-        elif kind in ("execute_result", "display_data"):
-            texts.append(("data", str(out.get("data", {}).get("text/plain", ""))))
-        elif kind == "error":
-            texts.append(("error", "\n".join(out.get("traceback", []))))
-    return texts
-
-
-def output_problems(nb) -> list[str]:
-    """What a reader must never see in an executed chapter: a warning, a stray traceback, text
-    on stderr, or an error outside a ``raises-exception`` cell (and such a cell that raised
-    nothing). Used for every executed copy: the book's, the oldest-torch run's and recorded pages.
-    """
-    problems = []
-    for i, cell in enumerate(code_cells(nb)):
-        tagged = "raises-exception" in cell.metadata.get("tags", [])
-        texts = output_texts(cell)
-        errors = [t for kind, t in texts if kind == "error"]
-        if tagged and not errors:
-            problems.append(f"code cell {i} is tagged raises-exception but raised nothing")
-        if not tagged and errors:
-            problems.append(f"code cell {i} raised: {errors[0][-300:]}")
-        for kind, text in texts:
-            if kind == "error":
-                continue
-            if kind == "stderr":
-                problems.append(f"code cell {i} wrote to stderr: {text[:300]!r}")
-            if "Traceback (most recent call last)" in text:
-                problems.append(f"code cell {i} prints a traceback")
-            for pattern in WARNING_PATTERNS:
-                m = pattern.search(text)
-                if m:
-                    start = max(0, m.start() - 120)
-                    problems.append(f"code cell {i} shows a warning: {text[start:m.end() + 200]!r}")
-                    break
-    return problems
-
 
 @pytest.fixture
 def executed(request, built_book):

@@ -1,11 +1,15 @@
-"""Chapter 10's device facts about its trainers, checked against the installed Lightning and
+"""Chapter 10's facts about its trainers, checked against the installed Lightning and
 Accelerate on a machine without a GPU: CUDA is faked with four devices where a row of the
-chapter's table needs GPUs (the Trainer only parses and places devices here; nothing runs)."""
+chapter's table needs GPUs (the Trainer only parses and places devices here; nothing runs),
+and an Accelerate state, once made, cannot change within a process."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import subprocess
+import sys
+import textwrap
 import warnings
 from unittest import mock
 
@@ -97,3 +101,19 @@ def test_accelerate_prepared_loaders_copy_blocking_by_default():
     from accelerate.utils import DataLoaderConfiguration
 
     assert DataLoaderConfiguration().non_blocking is False
+
+
+def test_an_accelerate_state_cannot_change_within_a_process() -> None:
+    """Why chapter 10 runs the CPU, mixed-precision and two-process cases as scripts."""
+    pytest.importorskip("accelerate")
+    code = textwrap.dedent("""
+        from accelerate import Accelerator
+        Accelerator()
+        try:
+            Accelerator(mixed_precision="bf16")
+        except ValueError as exc:
+            print("refused:", exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "refused: AcceleratorState has already been initialized and cannot be changed" in out.stdout

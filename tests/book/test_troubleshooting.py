@@ -35,7 +35,7 @@ import sys
 import textwrap
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,8 +45,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from tests.conftest import ROOT
+from tests.support import (
+    TROUBLESHOOTING,
+    Entry,
+    line,
+    normalise,
+    raised,
+    read_entries,
+    type_name,
+)
 
-PAGE = ROOT / "chapters" / "09_troubleshooting.md"
 SITE = Path(torch.__file__).resolve().parents[1]  # site-packages
 TORCH = SITE / "torch"
 LIB = TORCH / "lib"
@@ -54,88 +62,7 @@ META = torch.device("meta")
 MIN_ENTRIES = 45
 
 
-# -- reading the page -------------------------------------------------------------------------
-
-LABEL = re.compile(r"^\((err-[a-z0-9-]+)\)=$", re.M)
-# The entry's last line, in small print: how it was checked.
-# "Quoted for" where the tests cannot check the message on the machines that build the book.
-MARK = re.compile(r"^<small>(?P<verb>Checked with|Quoted for) torch (?P<version>[\w.+]+): "
-                  r"(?P<how>[^<]+)</small>$", re.M)
-KINDS = {"reproduced live": "live", "found in installed files": "files",
-         "found only in macOS builds": "macos"}
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def normalise(text: str) -> str:
-    """Trailing spaces and terminal colour codes (bold text) do not count."""
-    return "\n".join(line.rstrip() for line in ANSI.sub("", text).strip().splitlines())
-
-
-@dataclass
-class Entry:
-    label: str
-    group: str
-    heading: str
-    blocks: list[str]
-    version: str
-    kind: str
-    how: str
-    text: str = field(repr=False)
-    # Wordings of the oldest supported torch, where it prints the message differently: a block
-    # whose paragraph before it ends with "torch X.Y.Z prints:".
-    older: dict[str, list[str]] = field(default_factory=dict)
-
-
-# A dropdown whose title starts "torch X.Y.Z" holds that torch's wording (the oldest supported);
-# other dropdowns hold further forms of the message.
-DROPDOWN = re.compile(r"^:::\{dropdown\} (?P<title>[^\n]+)\n(?P<body>.*?)^:::$", re.M | re.S)
-OLDER = re.compile(r"^torch (\d+\.\d+\.\d+) ")
-
-
-def read_entries() -> dict[str, Entry]:
-    text = PAGE.read_text()
-    found: dict[str, Entry] = {}
-    starts = [m.start() for m in LABEL.finditer(text)] + [len(text)]
-    for start, end in zip(starts, starts[1:], strict=False):
-        chunk = re.split(r"(?m)^\(grp-", text[start:end])[0]  # up to the next group
-        label = LABEL.match(chunk).group(1)
-        assert label not in found, f"label {label} appears twice"
-        groups = re.findall(r"^## (.+)$", text[:start], re.M)
-        heading = re.search(r"^### (.+)$", chunk, re.M)
-        assert heading, f"[{label}] has no ### heading after its label"
-        mark = MARK.search(chunk)
-        assert mark, f"[{label}] has no '<small>Checked with torch X: ...</small>' line"
-        kind = next((k for words, k in KINDS.items() if mark["how"].startswith(words)), None)
-        assert kind, f"[{label}] says how it was checked in words the tests do not know"
-        assert (mark["verb"] == "Quoted for") == (kind == "macos"), \
-            f"[{label}] 'Quoted for' is for messages found only in macOS builds, and they use it"
-        assert chunk.rstrip().endswith(mark[0]), f"[{label}] the 'Checked with' line is not last"
-        blocks: list[str] = []
-        older: dict[str, list[str]] = {}
-        dropdowns = [(d.start("body"), d.end("body"), OLDER.match(d["title"]))
-                     for d in DROPDOWN.finditer(chunk)]
-        for block in re.finditer(r"```text\n(.*?)```", chunk, flags=re.S):
-            version = next((v for start, end, v in dropdowns
-                            if start <= block.start() < end), None)
-            if version:
-                older.setdefault(version[1], []).append(normalise(block[1]))
-            else:
-                blocks.append(normalise(block[1]))
-        assert blocks, f"[{label}] quotes no message in a ```text block"
-        found[label] = Entry(label, groups[-1] if groups else "", heading[1].strip(), blocks,
-                             mark["version"], kind, mark["how"], chunk, older)
-    return found
-
-
-def type_name(cls: type) -> str:
-    """How a traceback names an exception class."""
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-
-
-def line(exc: BaseException) -> str:
-    """The end of a traceback: ``ErrorType: message``."""
-    return normalise(f"{type_name(type(exc))}: {exc}")
-
+# -- the torch the page documents ---------------------------------------------------------------
 
 def pinned_torch() -> str:
     match = re.search(r"^torch==(\S+)$", (ROOT / "requirements.txt").read_text(), re.M)
@@ -346,14 +273,6 @@ def MacOS(fn: Callable[[Entry], None], why: str) -> Check:  # noqa: N802
     """A message compiled only into macOS builds: found in their files, skipped elsewhere (the
     page says so, rather than that it was checked)."""
     return Check("macos", fn, why)
-
-
-def raised(fn: Callable, *, expected: type = Exception) -> BaseException:
-    try:
-        fn()
-    except expected as exc:  # noqa: PERF203
-        return exc
-    raise AssertionError("no exception was raised")
 
 
 def on_gpu_words(text: str) -> str:
@@ -1139,11 +1058,6 @@ ENTRIES: dict[str, Check] = {
 
 # -- the tests --------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def page() -> dict[str, Entry]:
-    return read_entries()
-
-
 # The entries that read the background subprocess come last, so that it runs beside the others.
 LATE = ("err-spawn-main", "err-worker-exited", "err-worker-killed", "err-worker-killed-oom",
         "err-compile-prefix", "err-ddp-unused-parameters", "err-ddp-device-ids",
@@ -1151,9 +1065,9 @@ LATE = ("err-spawn-main", "err-worker-exited", "err-worker-killed", "err-worker-
 
 
 @pytest.mark.parametrize("label", sorted(set(ENTRIES) - set(LATE)) + list(LATE))
-def test_entry(label: str, page: dict[str, Entry]) -> None:
-    assert label in page, f"[{label}] is checked here but the page has no such entry"
-    entry = page[label]
+def test_entry(label: str, troubleshooting: dict[str, Entry]) -> None:
+    assert label in troubleshooting, f"[{label}] is checked here but the page has no such entry"
+    entry = troubleshooting[label]
     check = ENTRIES[label]
     assert entry.kind == check.kind, \
         f"[{label}] the page says '{entry.how}', the test {check.kind} checks it"
@@ -1223,14 +1137,14 @@ def older_wordings_report() -> dict[str, str]:
     return report
 
 
-def test_older_wordings_are_what_the_oldest_torch_prints(page, request) -> None:
+def test_older_wordings_are_what_the_oldest_torch_prints(troubleshooting, request) -> None:
     """The wordings the page gives for the oldest supported torch (what Colab and GPU servers
     with an older torch print), checked by that torch (`make oldest` installs it)."""
-    versions = {v for entry in page.values() for v in entry.older}
+    versions = {v for entry in troubleshooting.values() for v in entry.older}
     oldest = oldest_torch()  # a release series ("2.9"): `make oldest` installs its latest
     assert all(v == oldest or v.startswith(f"{oldest}.") for v in versions), \
         f"older wordings for {versions}: only torch {oldest} is checked"
-    labels = {label for label, entry in page.items() if entry.older}
+    labels = {label for label, entry in troubleshooting.items() if entry.older}
     assert labels, "the page gives no older wording"
     assert not labels & {"err-spawn-main", "err-worker-exited", "err-compile-prefix",
                          "err-ddp-unused-parameters", "err-ddp-device-ids",
@@ -1254,16 +1168,16 @@ def test_older_wordings_are_what_the_oldest_torch_prints(page, request) -> None:
     assert not problems, "\n\n".join(problems)
 
 
-def test_every_entry_is_checked(page: dict[str, Entry]) -> None:
-    unchecked = sorted(set(page) - set(ENTRIES))
+def test_every_entry_is_checked(troubleshooting: dict[str, Entry]) -> None:
+    unchecked = sorted(set(troubleshooting) - set(ENTRIES))
     assert not unchecked, f"entries without a check: {unchecked}"
-    assert len(page) >= MIN_ENTRIES, f"the index has {len(page)} entries"
+    assert len(troubleshooting) >= MIN_ENTRIES, f"the index has {len(troubleshooting)} entries"
 
 
-def test_contents_list_links_every_entry_under_its_group(page: dict[str, Entry]) -> None:
-    text = PAGE.read_text()
+def test_contents_list_links_every_entry_under_its_group(troubleshooting: dict[str, Entry]) -> None:
+    text = TROUBLESHOOTING.read_text()
     contents = text[:text.index("\n## ")]
-    for entry in page.values():
+    for entry in troubleshooting.values():
         assert f"<{entry.label}>`" in contents, f"the contents list does not link {entry.label}"
     groups = re.findall(r"^## (.+)$", text, re.M)
     assert len(groups) >= 10
@@ -1273,10 +1187,11 @@ def test_contents_list_links_every_entry_under_its_group(page: dict[str, Entry])
         assert f"<{label[1]}>`" in contents, f"the contents list does not link {group!r}"
 
 
-def test_each_entry_reads_message_fix_meaning_then_provenance(page: dict[str, Entry]) -> None:
+def test_each_entry_reads_message_fix_meaning_then_provenance(
+        troubleshooting: dict[str, Entry]) -> None:
     """A reader who pasted a message finds, in this order: the message, the fix on its own line,
     a short explanation with the chapter that explains it, and (small) how it was checked."""
-    for entry in page.values():
+    for entry in troubleshooting.values():
         text = entry.text
         quoted = max(m.end() for m in re.finditer(r"```\n(?::::\n)?", text))  # last quote
         fix = re.search(r"^\*\*Fix:\*\* ", text, re.M)
@@ -1289,7 +1204,7 @@ def test_each_entry_reads_message_fix_meaning_then_provenance(page: dict[str, En
 
 
 def test_links_point_to_chapters_that_exist() -> None:
-    links = re.findall(r"\{doc\}`[^`<]*<([^>]+)>`", PAGE.read_text())
+    links = re.findall(r"\{doc\}`[^`<]*<([^>]+)>`", TROUBLESHOOTING.read_text())
     assert links
     toc = (ROOT / "_toc.yml").read_text()
     for link in set(links):

@@ -20,8 +20,8 @@ import pytest
 import torch
 from torch import nn
 
-from tests.book.test_troubleshooting import line, normalise, read_entries
 from tests.conftest import ROOT
+from tests.support import line, normalise, raised
 
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 MPS = pytest.mark.skipif(not torch.backends.mps.is_available(), reason="needs an Apple GPU")
@@ -37,24 +37,13 @@ def entry_test(label: str, mark):
     return register
 
 
-@pytest.fixture(scope="module")
-def page():
-    return read_entries()
-
-
-def raised(fn) -> BaseException:
-    with pytest.raises(Exception) as info:
-        fn()
-    return info.value
-
-
 def quoted(entry) -> list[str]:
     """Every wording the entry quotes: this torch's and the oldest supported one's."""
     return entry.blocks + [b for blocks in entry.older.values() for b in blocks]
 
 
-def assert_quoted(page, label: str, text: str) -> None:
-    entry = page[label]
+def assert_quoted(troubleshooting, label: str, text: str) -> None:
+    entry = troubleshooting[label]
     assert normalise(text) in quoted(entry), \
         f"[{label}] {entry.heading}\ntorch {torch.__version__} prints now:\n{text}"
 
@@ -69,52 +58,54 @@ def run_python(code: str) -> subprocess.CompletedProcess:
 # Tensors and modules on different devices
 
 @entry_test("err-same-device", CUDA)
-def test_two_devices_in_one_operation(page, label):
-    assert_quoted(page, label, line(raised(lambda: torch.ones(3, device=GPU) + torch.ones(3))))
+def test_two_devices_in_one_operation(troubleshooting, label):
+    exc = raised(lambda: torch.ones(3, device=GPU) + torch.ones(3))
+    assert_quoted(troubleshooting, label, line(exc))
 
 
 @entry_test("err-same-device-argument", CUDA)
-def test_linear_on_the_gpu_batch_on_the_cpu(page, label):
+def test_linear_on_the_gpu_batch_on_the_cpu(troubleshooting, label):
     model = nn.Linear(4, 2).to(GPU)
-    assert_quoted(page, label, line(raised(lambda: model(torch.ones(3, 4)))))
+    assert_quoted(troubleshooting, label, line(raised(lambda: model(torch.ones(3, 4)))))
 
 
 @entry_test("err-index-select", CUDA)
-def test_embedding_ids_on_the_cpu(page, label):
+def test_embedding_ids_on_the_cpu(troubleshooting, label):
     embedding = nn.Embedding(5, 2).to(GPU)
-    assert_quoted(page, label, line(raised(lambda: embedding(torch.tensor([1, 2])))))
+    assert_quoted(troubleshooting, label, line(raised(lambda: embedding(torch.tensor([1, 2])))))
 
 
 @entry_test("err-conv-input-type", CUDA)
-def test_convolution_on_the_gpu_batch_on_the_cpu(page, label):
+def test_convolution_on_the_gpu_batch_on_the_cpu(troubleshooting, label):
     conv = nn.Conv2d(1, 1, 3).to(GPU)
-    assert_quoted(page, label, line(raised(lambda: conv(torch.ones(1, 1, 5, 5)))))
+    assert_quoted(troubleshooting, label, line(raised(lambda: conv(torch.ones(1, 1, 5, 5)))))
     cpu_conv = nn.Conv2d(1, 1, 3)  # the reverse: a GPU batch, the model left on the CPU
-    assert_quoted(page, label, line(raised(lambda: cpu_conv(torch.ones(1, 1, 5, 5, device=GPU)))))
+    exc = raised(lambda: cpu_conv(torch.ones(1, 1, 5, 5, device=GPU)))
+    assert_quoted(troubleshooting, label, line(exc))
 
 
 @entry_test("err-rnn-hidden", CUDA)
-def test_rnn_hidden_state_on_the_cpu(page, label):
+def test_rnn_hidden_state_on_the_cpu(troubleshooting, label):
     rnn = nn.RNN(10, 5).to(GPU)
     exc = raised(lambda: rnn(torch.randn(4, 3, 10, device=GPU), torch.zeros(1, 3, 5)))
-    assert_quoted(page, label, line(exc))
+    assert_quoted(troubleshooting, label, line(exc))
 
 
 @entry_test("err-rnn-input", CUDA)
-def test_rnn_input_on_the_cpu(page, label):
+def test_rnn_input_on_the_cpu(troubleshooting, label):
     rnn = nn.RNN(10, 5).to(GPU)
-    assert_quoted(page, label, line(raised(lambda: rnn(torch.randn(4, 3, 10)))))
+    assert_quoted(troubleshooting, label, line(raised(lambda: rnn(torch.randn(4, 3, 10)))))
 
 
 @entry_test("err-numpy-cuda", CUDA)
-def test_numpy_of_a_gpu_tensor(page, label):
-    assert_quoted(page, label, line(raised(lambda: torch.ones(2, device=GPU).numpy())))
+def test_numpy_of_a_gpu_tensor(troubleshooting, label):
+    assert_quoted(troubleshooting, label, line(raised(lambda: torch.ones(2, device=GPU).numpy())))
 
 
 # CUDA runtime errors
 
 @entry_test("err-device-side-assert", CUDA)
-def test_device_side_assert(page, label):
+def test_device_side_assert(troubleshooting, label):
     run = run_python("""
         import torch
         import torch.nn.functional as F
@@ -127,14 +118,14 @@ def test_device_side_assert(page, label):
     """)
     assert run.returncode != 0
     # The kernel's own 'Assertion ... failed' lines come first; then the quoted message.
-    assert any(block in normalise(run.stderr) for block in quoted(page[label])), \
+    assert any(block in normalise(run.stderr) for block in quoted(troubleshooting[label])), \
         f"[{label}] torch {torch.__version__} prints now:\n{run.stderr[-3000:]}"
 
 
 @entry_test("err-invalid-device-ordinal", CUDA)
-def test_a_gpu_that_is_not_there(page, label):
+def test_a_gpu_that_is_not_there(troubleshooting, label):
     missing = torch.device("cuda", torch.cuda.device_count())
-    assert_quoted(page, label, line(raised(lambda: torch.zeros(1, device=missing))))
+    assert_quoted(troubleshooting, label, line(raised(lambda: torch.zeros(1, device=missing))))
 
 
 # Memory
@@ -164,16 +155,16 @@ def size_pattern(quote: str) -> re.Pattern:
 
 
 @entry_test("err-cuda-oom", CUDA)
-def test_cuda_out_of_memory(page, label):
+def test_cuda_out_of_memory(troubleshooting, label):
     total = torch.cuda.get_device_properties(GPU).total_memory
     exc = raised(lambda: torch.empty(total * 2, dtype=torch.uint8, device=GPU))
     assert isinstance(exc, torch.OutOfMemoryError)
-    assert size_pattern(page[label].blocks[0]).fullmatch(line(exc)), \
+    assert size_pattern(troubleshooting[label].blocks[0]).fullmatch(line(exc)), \
         f"[{label}] torch {torch.__version__} prints now:\n{line(exc)}"
 
 
 @entry_test("err-cuda-oom-fraction", CUDA)
-def test_cuda_out_of_memory_under_a_memory_fraction(page, label):
+def test_cuda_out_of_memory_under_a_memory_fraction(troubleshooting, label):
     total = torch.cuda.get_device_properties(GPU).total_memory
     torch.cuda.set_per_process_memory_fraction(0.05, GPU)
     try:
@@ -181,14 +172,14 @@ def test_cuda_out_of_memory_under_a_memory_fraction(page, label):
     finally:
         torch.cuda.set_per_process_memory_fraction(1.0, GPU)
     assert isinstance(exc, torch.OutOfMemoryError)
-    assert size_pattern(page[label].blocks[0]).fullmatch(line(exc)), \
+    assert size_pattern(troubleshooting[label].blocks[0]).fullmatch(line(exc)), \
         f"[{label}] torch {torch.__version__} prints now:\n{line(exc)}"
 
 
 # DataLoader workers and multiprocessing
 
 @entry_test("err-forked-cuda", CUDA)
-def test_cuda_in_a_forked_child(page, label):
+def test_cuda_in_a_forked_child(troubleshooting, label):
     run = run_python("""
         import multiprocessing as mp
         import torch
@@ -205,46 +196,48 @@ def test_cuda_in_a_forked_child(page, label):
         p.join()
     """)
     assert run.returncode == 0, run.stderr
-    assert_quoted(page, label, run.stdout.strip())
+    assert_quoted(troubleshooting, label, run.stdout.strip())
 
 
 # Apple MPS
 
 @entry_test("err-mps-linear-device", MPS)
-def test_mps_layer_left_on_the_cpu(page, label):
+def test_mps_layer_left_on_the_cpu(troubleshooting, label):
     layer = nn.Linear(4, 2)  # made in forward, or kept in a plain list: never moved
-    assert_quoted(page, label, line(raised(lambda: layer(torch.ones(3, 4, device="mps")))))
+    exc = raised(lambda: layer(torch.ones(3, 4, device="mps")))
+    assert_quoted(troubleshooting, label, line(exc))
 
 
 @entry_test("err-mps-placeholder", MPS)
-def test_mps_class_weights_on_the_cpu(page, label):
+def test_mps_class_weights_on_the_cpu(troubleshooting, label):
     loss = nn.CrossEntropyLoss(weight=torch.ones(3))  # class weights left on the CPU
     logits = torch.randn(4, 3, device="mps")
     target = torch.tensor([0, 1, 2, 0], device="mps")
-    assert_quoted(page, label, line(raised(lambda: loss(logits, target))))
+    assert_quoted(troubleshooting, label, line(raised(lambda: loss(logits, target))))
 
 
 @entry_test("err-mps-float64", MPS)
-def test_mps_float64(page, label):
+def test_mps_float64(troubleshooting, label):
     exc = raised(lambda: torch.ones(2, dtype=torch.float64).to("mps"))
-    assert_quoted(page, label, line(exc))
+    assert_quoted(troubleshooting, label, line(exc))
 
 
 @entry_test("err-mps-not-implemented", MPS)
-def test_mps_operator_not_implemented(page, label, monkeypatch):
+def test_mps_operator_not_implemented(troubleshooting, label, monkeypatch):
     monkeypatch.delenv("PYTORCH_ENABLE_MPS_FALLBACK", raising=False)
     try:
         torch.special.airy_ai(torch.ones(2, device="mps"))
     except NotImplementedError as exc:
-        quoted = page[label].blocks[0].removesuffix(" ...")
+        quoted = troubleshooting[label].blocks[0].removesuffix(" ...")
         assert line(exc).startswith(quoted), \
             f"[{label}] torch {torch.__version__} prints now:\n{line(exc)}"
     else:
         pytest.fail(f"[{label}] this torch runs airy_ai on MPS: quote another operator")
 
 
-def test_every_gpu_tested_entry_says_so() -> None:
-    marked = {label for label, entry in read_entries().items() if entry.how.endswith("GPU test")}
+def test_every_gpu_tested_entry_says_so(troubleshooting) -> None:
+    marked = {label for label, entry in troubleshooting.items()
+              if entry.how.endswith("GPU test")}
     assert marked == GPU_TESTED, (sorted(marked - GPU_TESTED), sorted(GPU_TESTED - marked))
 
 

@@ -11,6 +11,7 @@ import torch
 
 from helpers import data
 from helpers.data import DataError, TensorBatches
+from tests.support import assert_clear_error
 
 
 @pytest.mark.parametrize("value,error,words", [
@@ -19,10 +20,7 @@ from helpers.data import DataError, TensorBatches
 ])
 def test_bad_book_data_dir_is_named(monkeypatch, value, error, words):
     monkeypatch.setenv(data.DATA_ENV_VAR, value)
-    with pytest.raises(error) as info:
-        data.data_dir()
-    for word in words:
-        assert word in str(info.value)
+    assert_clear_error(data.data_dir, error, words)
 
 
 def test_a_book_data_dir_that_is_a_file_is_named(monkeypatch, tmp_path):
@@ -35,9 +33,7 @@ def test_a_book_data_dir_that_is_a_file_is_named(monkeypatch, tmp_path):
 
 def test_a_missing_book_data_dir_names_the_fetch_command(monkeypatch, tmp_path):
     monkeypatch.setenv(data.DATA_ENV_VAR, str(tmp_path / "nowhere"))
-    with pytest.raises(DataError) as info:
-        data.verify_mnist()
-    assert "nowhere" in str(info.value) and "make data" in str(info.value)
+    assert_clear_error(data.verify_mnist, DataError, ["nowhere", "make data"])
 
 
 def test_an_empty_book_data_dir_means_the_default(monkeypatch):
@@ -53,10 +49,7 @@ def test_an_empty_book_data_dir_means_the_default(monkeypatch):
     ("", ValueError, ["empty"]),
 ])
 def test_verify_mnist_names_a_bad_root(root, error, words):
-    with pytest.raises(error) as info:
-        data.verify_mnist(root)
-    for word in words:
-        assert word in str(info.value)
+    assert_clear_error(lambda: data.verify_mnist(root), error, words)
 
 
 def test_a_read_only_empty_folder_is_named_and_left_empty(tmp_path, monkeypatch):
@@ -80,10 +73,7 @@ def test_a_read_only_empty_folder_is_named_and_left_empty(tmp_path, monkeypatch)
     ({"root": 7}, TypeError, ["root"]),
 ])
 def test_mnist_arguments(kwargs, error, words):
-    with pytest.raises(error) as info:
-        data.mnist(**kwargs)
-    for word in words:
-        assert word in str(info.value)
+    assert_clear_error(lambda: data.mnist(**kwargs), error, words)
 
 
 @pytest.mark.parametrize("kwargs,error,words", [
@@ -98,10 +88,7 @@ def test_mnist_arguments(kwargs, error, words):
 def test_mnist_tensors_arguments(kwargs, error, words):
     if "cuda" in str(kwargs.get("device", "")) and torch.cuda.device_count() > 9:
         pytest.skip("this machine has ten GPUs")
-    with pytest.raises(error) as info:
-        data.mnist_tensors(**kwargs)
-    for word in words:
-        assert word in str(info.value)
+    assert_clear_error(lambda: data.mnist_tensors(**kwargs), error, words)
 
 
 def test_mnist_tensors_subset_beyond_the_split_is_the_whole_split():
@@ -119,10 +106,7 @@ def test_mnist_tensors_subset_beyond_the_split_is_the_whole_split():
     ({"val_size": 60_000}, ValueError, ["val_size", "59999"]),
 ])
 def test_mnist_loaders_arguments(kwargs, error, words):
-    with pytest.raises(error) as info:
-        data.mnist_loaders(**kwargs)
-    for word in words:
-        assert word in str(info.value)
+    assert_clear_error(lambda: data.mnist_loaders(**kwargs), error, words)
 
 
 @pytest.mark.parametrize("args,kwargs,error,words", [
@@ -137,10 +121,7 @@ def test_mnist_loaders_arguments(kwargs, error, words):
     ((torch.zeros(4),), {"generator": 5}, TypeError, ["torch.Generator"]),
 ])
 def test_tensor_batches_arguments(args, kwargs, error, words):
-    with pytest.raises(error) as info:
-        TensorBatches(*args, **kwargs)
-    for word in words:
-        assert word in str(info.value)
+    assert_clear_error(lambda: TensorBatches(*args, **kwargs), error, words)
 
 
 def test_tensor_batches_odd_sizes_give_every_example_once():

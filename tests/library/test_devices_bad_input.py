@@ -20,6 +20,7 @@ from helpers.devices import (
     module_device,
     resolve_device,
 )
+from tests.support import assert_clear_error
 
 GPUS = torch.cuda.device_count()
 MISSING_CUDA = f"cuda:{GPUS}"  # never exists: GPUs are numbered from 0
@@ -37,7 +38,8 @@ RESOLVE_BAD = [
     ("cuda:-1", ValueError, ["'cuda:-1'"]),
     ("cuda: 0", ValueError, ["'cuda: 0'"]),
     ("cuda:0:1", ValueError, ["'cuda:0:1'"]),
-    (MISSING_CUDA, ValueError, [repr(MISSING_CUDA)]),
+    ("cuda:x", ValueError, ["'cuda:x'"]),
+    (MISSING_CUDA, ValueError, [repr(MISSING_CUDA), "does not exist" if GPUS else "not available"]),
     ("cuda:7", ValueError, ["'cuda:7'"]),
     ("mps:1", ValueError, ["'mps:1'"]),
     ("cpu:1", ValueError, ["'cpu:1'", "one CPU device"]),
@@ -59,13 +61,9 @@ if not HAS_MPS:
 
 @pytest.mark.parametrize(("spec", "error", "words"), RESOLVE_BAD, ids=repr)
 def test_resolve_device_refuses_what_does_not_exist(spec, error, words):
-    with pytest.raises(error) as err:
-        resolve_device(spec)
-    message = str(err.value)
-    for word in words:
-        assert word in message, (word, message)
     # What to do: the devices that do exist.
-    assert "Devices on this machine: " in message and "cpu" in message
+    assert_clear_error(lambda: resolve_device(spec), error,
+                       [*words, "Devices on this machine: ", "cpu"])
 
 
 RESOLVE_GOOD = [
@@ -106,25 +104,31 @@ def test_environment_variable_with_spaces_around_a_good_value(monkeypatch):
     assert best_device() == torch.device("cpu")
 
 
-@pytest.mark.parametrize(("override", "error"),
-                         [(3.5, TypeError), ([0], TypeError), ("gpu", ValueError),
-                          ("cuda:7", ValueError), ("meta", ValueError), (-1, ValueError)],
-                         ids=repr)
-def test_best_device_override_errors_do_not_blame_the_environment(override, error, monkeypatch):
+# (override, exception, words the message must contain)
+OVERRIDE_BAD = [
+    (3.5, TypeError, ["3.5"]),
+    ([0], TypeError, ["[0]"]),
+    ("gpu", ValueError, ["'gpu'", "did you mean"]),
+    ("cuda:7", ValueError, ["'cuda:7'"]),
+    ("meta", ValueError, ["meta", "no data"]),
+    (-1, ValueError, ["-1"]),
+    (GPUS + 3, ValueError, [f"cuda:{GPUS + 3}", "Devices on this machine"]),
+]
+
+
+@pytest.mark.parametrize(("override", "error", "words"), OVERRIDE_BAD, ids=repr)
+def test_best_device_override_errors_do_not_blame_the_environment(override, error, words,
+                                                                  monkeypatch):
     monkeypatch.setenv(DEVICE_ENV_VAR, "cpu")
-    with pytest.raises(error) as err:
-        best_device(override)
-    assert DEVICE_ENV_VAR not in str(err.value)
+    err = assert_clear_error(lambda: best_device(override), error, words)
+    assert DEVICE_ENV_VAR not in str(err)
 
 
 @pytest.mark.parametrize(("bad", "words"),
                          [(torch.ones(2), ["Tensor", ".device"]), (None, ["NoneType"]),
                           ("cpu", ["str"]), ([nn.Linear(1, 1)], ["list"])], ids=repr)
 def test_module_device_needs_a_module(bad, words):
-    with pytest.raises(TypeError) as err:
-        module_device(bad)
-    for word in ["nn.Module", *words]:
-        assert word in str(err.value)
+    assert_clear_error(lambda: module_device(bad), TypeError, ["nn.Module", *words])
 
 
 def test_module_device_without_tensors_and_split_across_devices():
@@ -140,7 +144,8 @@ def test_device_of_anything_else_is_none(obj):
     assert device_of(obj) is None
 
 
-@pytest.mark.parametrize(("args", "named"), [((), {}), ((None, 3), {}), ((), {"act": nn.ReLU()})],
+@pytest.mark.parametrize(("args", "named"), [((), {}), ((None, 3), {}), ((1, "a"), {}),
+                                             ((nn.ReLU(),), {}), ((), {"act": nn.ReLU()})],
                          ids=repr)
 def test_check_same_device_needs_a_tensor(args, named):
     with pytest.raises(ValueError, match="at least one tensor"):

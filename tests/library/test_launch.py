@@ -1,4 +1,6 @@
-"""The DDP training script of chapter 7, run for real: two gloo processes on the CPU."""
+"""helpers.launch (chapters 7 and 10) with real processes: a hanging torchrun run is stopped
+with its likely causes named, torchrun's log folder is removed, a crashed rank is reported
+with its output (echoed or in the error), and the torchrun command line."""
 
 from __future__ import annotations
 
@@ -9,11 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import launch
-
-# VAL is odd on purpose: two ranks cannot split it evenly, and every image must still be
-# counted exactly once.
-TRAIN, VAL, EPOCHS, BATCH = 512, 201, 2, 16
-
+from tests.support import alive
 
 # Each rank writes its pid and prints before anything slow happens; rank 1 never imports
 # torch at all, so the test depends only on torchrun starting its workers, not on how fast
@@ -29,14 +27,6 @@ if os.environ["RANK"] == "1":
 import torch.distributed as dist
 dist.init_process_group("gloo")  # rank 0 waits here for rank 1
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its exit status is left
 
 
 @pytest.mark.slow
@@ -65,7 +55,7 @@ def test_launch_stops_a_hanging_run_and_names_the_causes(tmp_path: Path, capsys)
     pid_files = [tmp_path / f"pid{r}" for r in range(2)]
     assert all(f.exists() for f in pid_files), "torchrun started both workers"
     pids = [int(f.read_text()) for f in pid_files]
-    assert not [pid for pid in pids if _alive(pid)], "a worker outlived the time limit"
+    assert not [pid for pid in pids if alive(pid)], "a worker outlived the time limit"
 
 
 def test_launch_gives_torchrun_a_log_folder_it_removes(tmp_path: Path, monkeypatch):

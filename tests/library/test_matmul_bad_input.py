@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from helpers import matmul
+from tests.support import assert_clear_error
 
 QUICK = {"warmup": 0, "min_run_time": 0.01, "min_runs": 2}
 
@@ -69,13 +70,9 @@ ERRORS = [
 @pytest.mark.parametrize(("call", "error", "words"), [c[1:] for c in ERRORS],
                          ids=[c[0] for c in ERRORS])
 def test_bad_input_gets_a_clear_error(call, error, words) -> None:
-    before = (torch.get_num_threads(), torch.backends.cuda.matmul.fp32_precision)
-    with pytest.raises(error) as caught:
-        call()
-    for word in words:
-        assert word in str(caught.value), (word, str(caught.value))
-    assert (torch.get_num_threads(), torch.backends.cuda.matmul.fp32_precision) == before, \
-        "a refused call changes no setting"
+    # A refused call changes no setting.
+    assert_clear_error(call, error, words, settings=lambda: (
+        torch.get_num_threads(), torch.backends.cuda.matmul.fp32_precision))
 
 
 def _threads_inside(n) -> int:

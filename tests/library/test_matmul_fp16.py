@@ -1,11 +1,8 @@
 """fp16 is measured where it is a GPU's only tensor-core format (chapter 3): on Volta and
 Turing (compute capability 7.x, such as Colab's T4), so the chapter's comparison of number
 formats is not empty there. Stand-in CUDA backends play the GPUs; every question is asked about
-the named GPU, not the current one.
-
-These supersede tests/library/test_matmul.py's
-test_supported_modes_asks_about_the_named_gpu_not_the_current_one, which expects a T4 to run
-fp32 only and patches no device count (a device that does not exist is now refused)."""
+the named GPU, not the current one. The peak table gives those GPUs an fp16 figure, and an fp16 product runs
+(on the CPU too) and agrees with fp32."""
 
 from __future__ import annotations
 

@@ -1,26 +1,13 @@
-import json
+"""helpers.results reading result files (chapter 3, appendix): the folder they are read from,
+show_committed's table and hardware stamps (one column per machine, GPU figures only, inside a
+notebook as one display), broken files named, and files of older schema versions read."""
+
 import types
 
 import pytest
 
 from helpers import results
-
-
-def write(folder, name, gpu_count, figures, device_name=None, version=1):
-    machine = {"slug": name, "device_name": device_name or f"Device {name}",
-               "gpu_count": gpu_count, "torch": "2.14.1",
-               "cuda": "13.0" if gpu_count else None, "driver": "580.1" if gpu_count else None,
-               "cpu": "Some CPU", "cpu_count": 8}
-    if version == 2:
-        machine.update(accelerator="cuda" if gpu_count else None, book_commit="abc1234def",
-                       flags={"cudnn_benchmark": False})
-    doc = {"schema_version": version, "date": "2026-11-22T00:00:00+00:00",
-           "command": "python -m bench", "machine": machine, "figures": figures}
-    (folder / f"{name}.json").write_text(json.dumps(doc))
-
-
-FIG = {"workload": "matmul", "chapter": 3, "name": "fp32_tflops", "value": 1.5, "unit": "TFLOP/s",
-       "device": "cuda:0", "spread": 0.1, "note": ""}
+from tests.support import FIGURE, result_doc, write_result
 
 
 def test_results_dir_override(monkeypatch, tmp_path):
@@ -40,15 +27,16 @@ def test_results_dir_is_the_checkouts_folder_and_the_package_carries_a_copy(monk
 
 
 def test_committed_table_and_gpu_filter(tmp_path):
-    write(tmp_path, "cpu-box", 0, [dict(FIG, device="cpu", value=0.1)])
-    write(tmp_path, "gpu-h100", 1, [FIG, dict(FIG, workload="mnist", name="images_per_s", unit="1/s")])
+    write_result(tmp_path, result_doc("cpu-box", [dict(FIGURE, device="cpu", value=0.1)], gpu_count=0))
+    mnist = dict(FIGURE, workload="mnist", name="images_per_s", unit="1/s")
+    write_result(tmp_path, result_doc("gpu-h100", [FIGURE, mnist]))
     table = results.committed(directory=tmp_path)
     assert len(table) == 3
     assert set(results.committed("matmul", gpu_only=True, directory=tmp_path)["machine"]) == {"gpu-h100"}
 
 
 def test_show_committed_prints_the_hardware_and_the_table(tmp_path, capsys):
-    write(tmp_path, "gpu-h100", 1, [FIG], version=2)
+    write_result(tmp_path, result_doc("gpu-h100", version=2))
     wide = results.show_committed("matmul", directory=tmp_path)
     out = capsys.readouterr().out
     assert "Device gpu-h100 x1, driver 580.1, CUDA 13.0, torch 2.14.1" in out
@@ -60,9 +48,10 @@ def test_show_committed_prints_the_hardware_and_the_table(tmp_path, capsys):
 
 def test_one_column_per_machine_even_for_the_same_gpu(tmp_path, capsys):
     name = "NVIDIA H100 80GB HBM3"
-    write(tmp_path, "gpu-h100-x1", 1, [FIG], device_name=name)
-    write(tmp_path, "gpu-h100-x8", 8, [dict(FIG, value=1.6)], device_name=name)
-    write(tmp_path, "gpu-h100-x8-other", 8, [dict(FIG, value=1.7)], device_name=name)
+    write_result(tmp_path, result_doc("gpu-h100-x1", device_name=name))
+    for slug, value in (("gpu-h100-x8", 1.6), ("gpu-h100-x8-other", 1.7)):
+        write_result(tmp_path, result_doc(slug, [dict(FIGURE, value=value)], device_name=name,
+                                          gpu_count=8))
     wide = results.show_committed("matmul", directory=tmp_path)
     assert len(wide.columns) == 3
     assert sorted(wide.iloc[0]) == [1.5, 1.6, 1.7]
@@ -75,7 +64,7 @@ def test_one_column_per_machine_even_for_the_same_gpu(tmp_path, capsys):
 def test_show_committed_displays_itself_inside_a_kernel(tmp_path, monkeypatch, capsys):
     """Inside a notebook the stamps and the table go out as one display output, marked so the
     book build can tell it apart (a recorded GPU page takes it from the CPU build)."""
-    write(tmp_path, "gpu-h100", 1, [FIG])
+    write_result(tmp_path, result_doc("gpu-h100"))
     shown = []
     fake_shell = types.SimpleNamespace(kernel=object())
     monkeypatch.setattr("IPython.get_ipython", lambda: fake_shell)
@@ -96,7 +85,7 @@ def test_show_committed_displays_itself_inside_a_kernel(tmp_path, monkeypatch, c
 def test_show_committed_says_when_there_is_nothing(tmp_path, capsys):
     assert results.show_committed("matmul", directory=tmp_path).empty
     assert "No committed GPU results" in capsys.readouterr().out
-    write(tmp_path, "cpu-box", 0, [dict(FIG, device="cpu")])
+    write_result(tmp_path, result_doc("cpu-box", [dict(FIGURE, device="cpu")], gpu_count=0))
     assert results.show_committed("matmul", directory=tmp_path).empty
 
 
@@ -107,21 +96,21 @@ def test_broken_files_are_named(tmp_path):
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="bad.json lacks"):
         results.load_results(tmp_path)
-    write(tmp_path, "bad", 1, [FIG], version=7)
+    write_result(tmp_path, result_doc("bad", version=7))
     with pytest.raises(ValueError, match="schema version 7"):
         results.load_results(tmp_path)
 
 
 def test_version_1_files_are_read_with_the_new_keys_filled_in(tmp_path):
-    write(tmp_path, "gpu-old", 1, [FIG], version=1)
-    write(tmp_path, "gpu-new", 1, [FIG], version=2)
+    write_result(tmp_path, result_doc("gpu-old", version=1))
+    write_result(tmp_path, result_doc("gpu-new", version=2))
     old, new = sorted(results.load_results(tmp_path), key=lambda d: d["schema_version"])
     assert old["machine"]["accelerator"] == "cuda" and old["machine"]["book_commit"] == "unknown"
     assert new["machine"]["book_commit"] == "abc1234def"
 
 
 def test_show_committed_never_mixes_cpu_and_gpu_figures(tmp_path, capsys):
-    write(tmp_path, "gpu-h100", 1, [FIG, dict(FIG, device="cpu", value=0.2)])
+    write_result(tmp_path, result_doc("gpu-h100", [FIGURE, dict(FIGURE, device="cpu", value=0.2)]))
     wide = results.show_committed("matmul", directory=tmp_path)
     assert list(wide.index) == ["fp32_tflops [TFLOP/s] on cuda:0"]
     assert wide.iloc[0, 0] == 1.5  # not the mean of 1.5 and 0.2
@@ -135,7 +124,7 @@ def test_show_committed_in_a_notebook_branch(tmp_path):
     import nbformat
     from nbclient import NotebookClient
 
-    write(tmp_path, "gpu-h100", 1, [dict(FIG, value=123.25)])
+    write_result(tmp_path, result_doc("gpu-h100", [dict(FIGURE, value=123.25)]))
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell(
         "import helpers.results\n"
@@ -156,12 +145,14 @@ def test_a_figure_one_machine_lacks_is_shown_as_missing_not_dropped(tmp_path, ca
 
     report = results
 
-    bf16 = dict(FIG, workload="recipes", name="bf16_autocast_speedup", unit="x", value=1.9)
-    plain = dict(FIG, workload="recipes", name="plain_step_ms", unit="ms", value=1.2)
-    lines = dict(FIG, workload="cuda_semantics", name="async_error_lines_late", unit="lines",
+    bf16 = dict(FIGURE, workload="recipes", name="bf16_autocast_speedup", unit="x", value=1.9)
+    plain = dict(FIGURE, workload="recipes", name="plain_step_ms", unit="ms", value=1.2)
+    lines = dict(FIGURE, workload="cuda_semantics", name="async_error_lines_late", unit="lines",
                  value=3.0)
-    write(tmp_path, "gpu-h100-x1", 1, [bf16, plain, lines], device_name="H100", version=2)
-    write(tmp_path, "gpu-t4-x1", 1, [dict(plain, value=4.5)], device_name="T4", version=2)
+    write_result(tmp_path, result_doc("gpu-h100-x1", [bf16, plain, lines], device_name="H100",
+                                      version=2))
+    write_result(tmp_path, result_doc("gpu-t4-x1", [dict(plain, value=4.5)], device_name="T4",
+                                      version=2))
     wide = results.show_committed("recipes", directory=tmp_path)
     assert list(wide.columns) == ["H100 x1", "T4 x1"]
     row = "bf16_autocast_speedup [x] on cuda:0"

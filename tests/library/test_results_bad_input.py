@@ -13,30 +13,14 @@ import pandas as pd
 import pytest
 
 from helpers import results
-
-FIG = {"workload": "matmul", "chapter": 3, "name": "fp32_tflops_n1024", "value": 1.5,
-       "unit": "TFLOP/s", "device": "cuda:0", "spread": 0.1, "note": ""}
-MACHINE = {"slug": "gpu-x1", "device_name": "Example GPU", "gpu_count": 1, "torch": "2.14.1",
-           "cuda": "13.0", "driver": "580.1", "cpu": "Some CPU", "cpu_count": 8}
-
-
-def doc(**changes) -> dict:
-    return {"schema_version": 1, "date": "2026-01-01T00:00:00+00:00",
-            "command": "python -m bench", "machine": dict(MACHINE), "figures": [dict(FIG)],
-            **changes}
-
-
-def write(folder: Path, name: str, content) -> Path:
-    path = folder / name
-    path.write_text(content if isinstance(content, str) else json.dumps(content))
-    return path
-
+from tests.support import FIGURE, result_doc, write_result
 
 # -- the folder: argument and $BOOK_RESULTS_DIR ---------------------------------------------
 
 @pytest.mark.parametrize("make, error, words", [
     (lambda tmp: tmp / "no-such-folder", FileNotFoundError, "no such folder"),
-    (lambda tmp: write(tmp, "a-file.json", doc()), NotADirectoryError, "is a file, not a folder"),
+    (lambda tmp: write_result(tmp, result_doc(), "a-file.json"), NotADirectoryError,
+     "is a file, not a folder"),
 ], ids=["missing", "a file"])
 @pytest.mark.parametrize("how", ["argument", "environment"])
 def test_a_named_folder_that_is_not_a_folder_is_named(tmp_path, monkeypatch, make, error,
@@ -72,7 +56,7 @@ def test_an_empty_environment_variable_counts_as_unset(monkeypatch, value):
 def test_a_home_relative_folder_is_expanded(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     (tmp_path / "mine").mkdir()
-    write(tmp_path / "mine", "gpu-x1.json", doc())
+    write_result(tmp_path / "mine", result_doc(), "gpu-x1.json")
     monkeypatch.setenv("BOOK_RESULTS_DIR", "~/mine")
     assert results.results_dir() == tmp_path / "mine"
     assert [d["machine"]["slug"] for d in results.load_results()] == ["gpu-x1"]
@@ -89,7 +73,7 @@ def test_an_empty_folder_gives_no_files_and_the_tables_say_so(tmp_path, capsys):
 
 def test_a_folder_named_like_a_result_file_is_not_read(tmp_path):
     (tmp_path / "folder.json").mkdir()
-    write(tmp_path, "gpu-x1.json", doc())
+    write_result(tmp_path, result_doc(), "gpu-x1.json")
     assert [Path(d["_path"]).name for d in results.load_results(tmp_path)] == ["gpu-x1.json"]
 
 
@@ -111,29 +95,30 @@ def test_an_unreadable_folder_is_named(tmp_path):
 FILE_CASES = {
     "not JSON": ("{not json", "is not valid JSON"),
     "empty": ("", "is not valid JSON"),
-    "a JSON list": ([doc()], "holds a JSON list, not an object"),
+    "a JSON list": ([result_doc()], "holds a JSON list, not an object"),
     "a JSON number": (3, "holds a JSON int, not an object"),
     "no keys": ({}, r"lacks \['date', 'figures', 'machine', 'schema_version'\]"),
-    "no figures": ({k: v for k, v in doc().items() if k != "figures"}, r"lacks \['figures'\]"),
-    "schema 7": (doc(schema_version=7), "has schema version 7"),
-    "schema '2' as text": (doc(schema_version="2"), "has schema version '2'"),
-    "schema null": (doc(schema_version=None), "has schema version None"),
-    "machine a string": (doc(machine="gpu"), "'machine' must be an object"),
-    "machine without slug": (doc(machine={"device_name": "x", "gpu_count": 0}),
+    "no figures": ({k: v for k, v in result_doc().items() if k != "figures"},
+                   r"lacks \['figures'\]"),
+    "schema 7": (result_doc(schema_version=7), "has schema version 7"),
+    "schema '2' as text": (result_doc(schema_version="2"), "has schema version '2'"),
+    "schema null": (result_doc(schema_version=None), "has schema version None"),
+    "machine a string": (result_doc(machine="gpu"), "'machine' must be an object"),
+    "machine without slug": (result_doc(machine={"device_name": "x", "gpu_count": 0}),
                              "'machine' must be an object with slug"),
-    "figures an object": (doc(figures={"a": 1}), "'figures' must be a list, not dict"),
-    "figure lacking its unit": (doc(figures=[{k: v for k, v in FIG.items() if k != "unit"}]),
+    "figures an object": (result_doc(figures={"a": 1}), "'figures' must be a list, not dict"),
+    "figure lacking its unit": (result_doc(figures=[{k: v for k, v in FIGURE.items() if k != "unit"}]),
                                 "figure 0 must be an object with"),
-    "figure a number": (doc(figures=[3]), "figure 0 must be an object with"),
-    "value as text": (doc(figures=[dict(FIG, value="1.5")]), "has value '1.5', not a number"),
-    "value true": (doc(figures=[dict(FIG, value=True)]), "has value True, not a number"),
+    "figure a number": (result_doc(figures=[3]), "figure 0 must be an object with"),
+    "value as text": (result_doc(figures=[dict(FIGURE, value="1.5")]), "has value '1.5', not a number"),
+    "value true": (result_doc(figures=[dict(FIGURE, value=True)]), "has value True, not a number"),
 }
 
 
 @pytest.mark.parametrize("content, words", FILE_CASES.values(), ids=FILE_CASES.keys())
 def test_a_file_that_is_not_a_result_file_is_named(tmp_path, content, words):
-    path = write(tmp_path, "bad.json", content)
-    write(tmp_path, "good.json", doc())
+    path = write_result(tmp_path, content, "bad.json")
+    write_result(tmp_path, result_doc(), "good.json")
     with pytest.raises(ValueError, match=words) as info:
         results.load_results(tmp_path)
     assert str(path) in str(info.value)
@@ -141,7 +126,8 @@ def test_a_file_that_is_not_a_result_file_is_named(tmp_path, content, words):
 
 def test_a_file_that_cannot_be_decoded_is_named(tmp_path):
     path = tmp_path / "latin1.json"
-    path.write_bytes(json.dumps(doc(command="python -m bench # caf\u00e9"), ensure_ascii=False)
+    path.write_bytes(json.dumps(result_doc(command="python -m bench # caf\u00e9"),
+                                ensure_ascii=False)
                      .encode("latin-1"))
     with pytest.raises(ValueError, match="cannot be read") as info:
         results.load_results(tmp_path)
@@ -150,14 +136,14 @@ def test_a_file_that_cannot_be_decoded_is_named(tmp_path):
 
 def test_a_dangling_link_is_skipped(tmp_path):
     (tmp_path / "gone.json").symlink_to(tmp_path / "elsewhere.json")
-    write(tmp_path, "good.json", doc())
+    write_result(tmp_path, result_doc(), "good.json")
     # a link to nothing is not a file: it is skipped, and the real file is read
     assert [Path(d["_path"]).name for d in results.load_results(tmp_path)] == ["good.json"]
 
 
 def test_a_file_the_system_refuses_to_read_is_named(tmp_path, monkeypatch):
     # as root, permissions stop nothing: the refusal is made to happen
-    path = write(tmp_path, "locked.json", doc())
+    path = write_result(tmp_path, result_doc(), "locked.json")
     real = Path.read_text
 
     def refuse(self, *args, **kwargs):
@@ -174,7 +160,7 @@ def test_a_file_the_system_refuses_to_read_is_named(tmp_path, monkeypatch):
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0,
                     reason="file permissions do not stop root")
 def test_an_unreadable_file_is_named(tmp_path):
-    path = write(tmp_path, "locked.json", doc())
+    path = write_result(tmp_path, result_doc(), "locked.json")
     path.chmod(0)
     try:
         with pytest.raises(ValueError, match="cannot be read") as info:
@@ -200,7 +186,7 @@ def test_committed_refuses_what_is_not_a_workload_name(tmp_path, bad):
 
 
 def test_an_unknown_workload_gives_an_empty_table_and_names_the_known_ones(tmp_path, capsys):
-    write(tmp_path, "gpu-x1.json", doc())
+    write_result(tmp_path, result_doc(), "gpu-x1.json")
     assert results.show_committed("matmull", directory=tmp_path).empty
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1
@@ -219,7 +205,8 @@ DOCS_TAKERS = [results.machine_labels, results.machines_table, results.figures_t
                results.workloads, results.peak_share_table, results.speedup_table,
                lambda docs: results.plot_workload(docs, "matmul"),
                lambda docs: results.missing_figures(docs, pd.DataFrame())]
-NOT_DOCS = {"a folder as text": "results/", "a Path": Path("results"), "one document": doc(),
+NOT_DOCS = {"a folder as text": "results/", "a Path": Path("results"),
+            "one document": result_doc(),
             "None": None, "numbers": [1, 2], "documents without figures": [{"machine": {}}]}
 
 
@@ -263,13 +250,13 @@ def test_a_machine_record_without_optional_keys_still_gets_a_label():
 
 def test_missing_figures_asks_for_the_figures_table():
     with pytest.raises(TypeError, match="figures_table"):
-        results.missing_figures([doc()], table=None)
+        results.missing_figures([result_doc()], table=None)
 
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5, True], ids=["zero", "negative", "float", "bool"])
 def test_plot_workload_refuses_a_bad_row_limit(bad):
     with pytest.raises(ValueError, match="max_rows must be a positive int"):
-        results.plot_workload([doc()], "matmul", max_rows=bad)
+        results.plot_workload([result_doc()], "matmul", max_rows=bad)
 
 
 @pytest.mark.parametrize("bad", [None, "", "  ", 3], ids=["None", "empty", "blank", "int"])

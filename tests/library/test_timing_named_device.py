@@ -1,9 +1,7 @@
-"""The benchmark's clock waits for the device it names (chapter 3), now that helpers.timing
-refuses devices this machine does not have: a stand-in CUDA backend with two GPUs plays the
-machine, and the checked-free inner wait (``timing._synchronize``) is recorded.
-
-These replace the two clock tests of tests/library/test_timing.py, which patch
-``timing.synchronize`` on a machine without CUDA (the clock now calls the unchecked ``_synchronize``, and ``cuda:1`` must exist)."""
+"""helpers.timing's clock and benchmark wait for the GPU they name, not the current one
+(chapter 3), and a GPU the machine lacks is refused before anything runs: a stand-in CUDA
+backend with two GPUs plays the machine, and the unchecked inner wait
+(``timing._synchronize``) is recorded."""
 
 from __future__ import annotations
 
