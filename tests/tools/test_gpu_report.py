@@ -17,8 +17,8 @@ import nbformat
 import pytest
 
 from bench import schema
-from tests.book.test_notebooks import output_problems
 from tests.conftest import ROOT
+from tests.support import output_problems, run_command
 
 SCRIPT = ROOT / "tools" / "gpu_report.py"
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
@@ -36,12 +36,6 @@ def load_script():
 
 
 report = load_script()
-
-
-def run(cmd, **kwargs):
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **kwargs)
-    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
 
 
 def copy_of_the_book(target: Path) -> Path:
@@ -72,8 +66,8 @@ def recorded(tmp_path_factory):
         (raw / name).write_bytes(name.encode() * 100)
     wheelhouse = tmp / "wheelhouse"
     # a tiny set: no downloads, the helpers wheel and the data
-    run([sys.executable, str(ROOT / "tools" / "wheelhouse.py"), "--out", str(wheelhouse),
-         "--packages", "", "--mnist", str(raw)])
+    run_command([sys.executable, str(ROOT / "tools" / "wheelhouse.py"), "--out", str(wheelhouse),
+                 "--packages", "", "--mnist", str(raw)], timeout=900)
     assert (wheelhouse / "mnist-raw.tar.gz").exists()
     assert (wheelhouse / "requirements.txt").read_text().split() == []
 
@@ -91,10 +85,10 @@ def recorded(tmp_path_factory):
         shutil.copy(CHAPTER, stale / f"{stem}.ipynb")
 
     env_dir = tmp / "env"
-    run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
+    run_command([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], timeout=900)
     py = env_dir / "bin" / "python"
-    site = Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-                .stdout.strip())
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(run_command([str(py), "-c", purelib], timeout=900).stdout.strip())
     (site / "preinstalled.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("BOOK_", "PYTHON", "VIRTUAL_ENV", "JUPYTER"))}
