@@ -25,6 +25,7 @@ import nbformat
 import pytest
 
 from tests.conftest import ROOT
+from tests.support import run_command
 
 
 def _wheelhouse():
@@ -49,12 +50,6 @@ NotebookClient(nb, timeout=900, kernel_name="python3",
                resources={"metadata": {"path": sys.argv[2]}}).execute()
 nbformat.write(nb, sys.argv[3])
 """
-
-
-def run(cmd, **kwargs):
-    result = subprocess.run(cmd, capture_output=True, text=True, **kwargs)
-    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
-    return result
 
 
 def _build_wheel(tmp_path: Path) -> tuple[Path, Path]:
@@ -125,10 +120,10 @@ def _clean_environment(tmp_path: Path, wheel: Path, hide: tuple[str, ...] = (),
     env_dir = tmp_path / "env"
     # --without-pip: pip (like torch) comes from the pre-installed packages, as on Colab; a
     # fresh pip/setuptools in the venv would shadow the newer setuptools torch requires.
-    run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
+    run_command([sys.executable, "-m", "venv", "--without-pip", str(env_dir)])
     py = env_dir / "bin" / "python"
-    env_site = Path(run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-                    .stdout.strip())
+    purelib = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    env_site = Path(run_command([str(py), "-c", purelib]).stdout.strip())
     preinstalled = _preinstalled_view(tmp_path, hide) if hide else sysconfig.get_paths()["purelib"]
     (env_site / "preinstalled.pth").write_text(f"{preinstalled}\n")
 
@@ -148,7 +143,7 @@ def _clean_environment(tmp_path: Path, wheel: Path, hide: tuple[str, ...] = (),
     probe = subprocess.run([str(py), "-c", "import helpers"], cwd=work, env=env,
                            capture_output=True, text=True)
     assert probe.returncode != 0, "helpers must not be importable before the setup cell runs"
-    run([str(py), "-c", "import torch, nbclient, ipykernel"], cwd=work, env=env)
+    run_command([str(py), "-c", "import torch, nbclient, ipykernel"], cwd=work, env=env)
     return py, env, env_site, work
 
 
@@ -164,7 +159,7 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     notebook = work / CHAPTER.name
     shutil.copy(CHAPTER, notebook)
     out = work / "executed.ipynb"
-    run([str(py), "-c", RUNNER, str(notebook), str(work), str(out)], cwd=work, env=env)
+    run_command([str(py), "-c", RUNNER, str(notebook), str(work), str(out)], cwd=work, env=env)
 
     installed = list(env_site.glob("helpers/__init__.py"))
     assert installed, "the setup cell did not install helpers into the clean environment"
@@ -176,14 +171,14 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     committed = sorted(p.name for p in (source / "results").glob("*.json"))
     assert FAKE.name in committed
     assert sorted(p.name for p in (env_site / "helpers" / "_results").glob("*.json")) == committed
-    seen = run([str(py), "-c", "from helpers.results import load_results, results_dir; "
-                "print(results_dir()); print(*sorted(d['_path'].rsplit('/', 1)[1] "
-                "for d in load_results()))"], cwd=work, env=env).stdout.splitlines()
+    seen = run_command([str(py), "-c", "from helpers.results import load_results, results_dir; "
+                        "print(results_dir()); print(*sorted(d['_path'].rsplit('/', 1)[1] "
+                        "for d in load_results()))"], cwd=work, env=env).stdout.splitlines()
     assert seen[0] == str(env_site / "helpers" / "_results")
     assert seen[1].split() == committed
     # and the chapters' table shows the GPU machine's figures from the installed copy
-    shown = run([str(py), "-c", "import helpers.results as r; r.show_committed('matmul')"],
-                cwd=work, env=env).stdout
+    shown = run_command([str(py), "-c", "import helpers.results as r; r.show_committed('matmul')"],
+                        cwd=work, env=env).stdout
     fake = json.loads(FAKE.read_text())
     assert "Fake GPU for tests x1" in shown and "driver 000.00-fake" in shown
     matmul = [f for f in fake["figures"] if f["workload"] == "matmul"]
@@ -221,7 +216,7 @@ def test_trainers_chapter_installs_what_colab_lacks_and_runs_every_trainer(tmp_p
     py, env, env_site, work = _clean_environment(tmp_path, wheel, hide=NOT_ON_COLAB,
                                                  find_links=links)
     env["BOOK_DATA_DIR"] = str(ROOT / "data")  # stands for Colab's MNIST download
-    run([str(py), "-c", "import accelerate"], cwd=work, env=env)
+    run_command([str(py), "-c", "import accelerate"], cwd=work, env=env)
     for module in ("torchkeras", "lightning", "pytorch_lightning"):
         probe = subprocess.run([str(py), "-c", f"import {module}"], cwd=work, env=env,
                                capture_output=True, text=True)
@@ -230,13 +225,13 @@ def test_trainers_chapter_installs_what_colab_lacks_and_runs_every_trainer(tmp_p
     notebook = work / TRAINERS_CHAPTER.name
     shutil.copy(TRAINERS_CHAPTER, notebook)
     out = work / "executed.ipynb"
-    run([str(py), "-c", RUNNER, str(notebook), str(work), str(out)], cwd=work, env=env)
+    run_command([str(py), "-c", RUNNER, str(notebook), str(work), str(out)], cwd=work, env=env)
 
     # the install cell put the tested versions into the clean environment itself
     for name in NOT_ON_COLAB:
-        where = run([str(py), "-c", "import importlib.metadata as m, sys; "
-                     "d = m.distribution(sys.argv[1]); print(d.version); "
-                     "print(d.locate_file(''))", name], cwd=work, env=env).stdout.split()
+        where = run_command([str(py), "-c", "import importlib.metadata as m, sys; "
+                             "d = m.distribution(sys.argv[1]); print(d.version); "
+                             "print(d.locate_file(''))", name], cwd=work, env=env).stdout.split()
         assert where == [importlib.metadata.version(name), str(env_site)], (name, where)
 
     nb = nbformat.read(out, as_version=4)
