@@ -15,6 +15,7 @@ import pytest
 
 from helpers import results as report
 from tests.conftest import ROOT
+from tools.notebook import code_cells, output_problems, output_texts  # noqa: F401 (shared)
 
 # -- bad input: a clear error, and nothing half-done ------------------------------------------
 
@@ -215,64 +216,6 @@ def toc_files() -> list[str]:
     for part in toc.get("parts", []):
         files += [entry["file"] for entry in part["chapters"]]
     return files
-
-
-def code_cells(nb):
-    """The notebook's code cells."""
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
-WARNING_PATTERNS = [
-    re.compile(r"\b[A-Z][A-Za-z]*Warning\b"),        # UserWarning, FutureWarning, ...
-    re.compile(r"warnings\.warn"),
-    re.compile(r"^[WE]\d{4} \d\d:\d\d:\d\d", re.M),  # glog-style lines from torch's C++ side
-    re.compile(r"\bWARNING\b"),
-    re.compile(r"deprecated", re.I),
-]
-
-
-def output_texts(cell) -> list[tuple[str, str]]:
-    """Each output of ``cell`` as (stdout, stderr, data or error; its text)."""
-    texts = []
-    for out in cell.get("outputs", []):
-        kind = out.get("output_type")
-        if kind == "stream":
-            texts.append((out.get("name", "stdout"), out.get("text", "")))
-        elif kind in ("execute_result", "display_data"):
-            texts.append(("data", str(out.get("data", {}).get("text/plain", ""))))
-        elif kind == "error":
-            texts.append(("error", "\n".join(out.get("traceback", []))))
-    return texts
-
-
-def output_problems(nb) -> list[str]:
-    """What a reader must never see in an executed chapter: a warning, a stray traceback, text
-    on stderr, or an error outside a ``raises-exception`` cell (and such a cell that raised
-    nothing). Used for every executed copy: the book's, the oldest-torch run's and recorded pages.
-    """
-    problems = []
-    for i, cell in enumerate(code_cells(nb)):
-        tagged = "raises-exception" in cell.metadata.get("tags", [])
-        texts = output_texts(cell)
-        errors = [t for kind, t in texts if kind == "error"]
-        if tagged and not errors:
-            problems.append(f"code cell {i} is tagged raises-exception but raised nothing")
-        if not tagged and errors:
-            problems.append(f"code cell {i} raised: {errors[0][-300:]}")
-        for kind, text in texts:
-            if kind == "error":
-                continue
-            if kind == "stderr":
-                problems.append(f"code cell {i} wrote to stderr: {text[:300]!r}")
-            if "Traceback (most recent call last)" in text:
-                problems.append(f"code cell {i} prints a traceback")
-            for pattern in WARNING_PATTERNS:
-                m = pattern.search(text)
-                if m:
-                    start = max(0, m.start() - 120)
-                    problems.append(f"code cell {i} shows a warning: {text[start:m.end() + 200]!r}")
-                    break
-    return problems
 
 
 # -- the troubleshooting page (chapter 9) ------------------------------------------------------

@@ -56,8 +56,6 @@ WHEELHOUSE_REQUIREMENTS = "requirements.txt"
 MNIST_ARCHIVE = "mnist-raw.tar.gz"
 #: Rendered by the book from results/, never recorded: it must list every committed machine.
 NOT_RECORDED_PREFIX = "appendix"
-#: The output metadata key by which ``helpers.results.show_committed`` marks its tables.
-COMMITTED_KEY = "book_committed_figures"
 
 
 def use_checkout() -> None:
@@ -180,17 +178,6 @@ def execute(path: Path, timeout: int) -> tuple[bool, str]:
     return not error, error
 
 
-def _output_checker():
-    """The executed-output checks the book's tests apply to every page (tests/book/test_notebooks.py),
-    so a page a test would reject is never written."""
-    try:
-        from tests.book.test_notebooks import output_problems
-    except ImportError as exc:
-        raise SystemExit(f"cannot load the book's output checks ({exc}): install pytest and "
-                         "pyyaml (the wheelhouse has them)") from None
-    return output_problems
-
-
 #: The chapters whose lessons need a GPU most run first, so a short time on one records them.
 FIRST = ("03_matmul", "05_mnist", "11_cuda_semantics", "12_performance", "13_memory")
 
@@ -226,7 +213,6 @@ def record(args: argparse.Namespace) -> int:
         print(f"Installed from {args.wheelhouse}. To run the chapters yourself with this "
               f"book's helpers: PYTHONPATH={ROOT} python -m pytest --nbmake chapters")
         return 0
-    output_problems = _output_checker()
     if args.data:
         unpack_mnist(args.data)
     import nbformat
@@ -326,6 +312,8 @@ def record(args: argparse.Namespace) -> int:
     if not args.chapters and not args.resume and not args.no_chapters:
         shutil.rmtree(pages, ignore_errors=True)
     from tools import notebook as tools  # the checkout is on sys.path (use_checkout)
+
+    output_problems = tools.output_problems  # the tests' checks: no page they would reject
     not_run: list[str] = []
     for source in chosen:
         if out_of_time():
@@ -417,7 +405,10 @@ def cpu_note(stale: list[dict[str, Any]]) -> str:
 
 
 def _is_committed_table(output) -> bool:
-    return COMMITTED_KEY in output.get("metadata", {})
+    """An output ``helpers.results.show_committed`` displayed (it marks its tables)."""
+    from helpers.results import DISPLAY_KEY
+
+    return DISPLAY_KEY in output.get("metadata", {})
 
 
 def splice(executed, recorded):

@@ -28,12 +28,9 @@ import re
 import sys
 from pathlib import Path
 
-import jupytext
 import nbformat
-from jupytext.config import JupytextConfiguration
 
 # No notebook-metadata header in the drafts: the notebook tool sets the metadata itself.
-_JUPYTEXT = JupytextConfiguration(notebook_metadata_filter="-all", cell_metadata_filter="tags")
 
 HARDWARE = ("cpu", "gpu", "multi-gpu")
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,9 +125,72 @@ def trim_errors(nb: nbformat.NotebookNode) -> int:
     return trimmed
 
 
+# Executed outputs ------------------------------------------------------------------------
+
+def code_cells(nb):
+    """The notebook's code cells."""
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+WARNING_PATTERNS = [
+    re.compile(r"\b[A-Z][A-Za-z]*Warning\b"),        # UserWarning, FutureWarning, ...
+    re.compile(r"warnings\.warn"),
+    re.compile(r"^[WE]\d{4} \d\d:\d\d:\d\d", re.M),  # glog-style lines from torch's C++ side
+    re.compile(r"\bWARNING\b"),
+    re.compile(r"deprecated", re.I),
+]
+
+
+def output_texts(cell) -> list[tuple[str, str]]:
+    """Each output of ``cell`` as (stdout, stderr, data or error; its text)."""
+    texts = []
+    for out in cell.get("outputs", []):
+        kind = out.get("output_type")
+        if kind == "stream":
+            texts.append((out.get("name", "stdout"), out.get("text", "")))
+        elif kind in ("execute_result", "display_data"):
+            texts.append(("data", str(out.get("data", {}).get("text/plain", ""))))
+        elif kind == "error":
+            texts.append(("error", "\n".join(out.get("traceback", []))))
+    return texts
+
+
+def output_problems(nb) -> list[str]:
+    """What a reader must never see in an executed chapter: a warning, a stray traceback, text
+    on stderr, or an error outside a ``raises-exception`` cell (and such a cell that raised
+    nothing). Used for every executed copy: the book's, the oldest-torch run's (the tests) and
+    recorded pages (the GPU report writes none with a problem).
+    """
+    problems = []
+    for i, cell in enumerate(code_cells(nb)):
+        tagged = "raises-exception" in cell.metadata.get("tags", [])
+        texts = output_texts(cell)
+        errors = [t for kind, t in texts if kind == "error"]
+        if tagged and not errors:
+            problems.append(f"code cell {i} is tagged raises-exception but raised nothing")
+        if not tagged and errors:
+            problems.append(f"code cell {i} raised: {errors[0][-300:]}")
+        for kind, text in texts:
+            if kind == "error":
+                continue
+            if kind == "stderr":
+                problems.append(f"code cell {i} wrote to stderr: {text[:300]!r}")
+            if "Traceback (most recent call last)" in text:
+                problems.append(f"code cell {i} prints a traceback")
+            for pattern in WARNING_PATTERNS:
+                m = pattern.search(text)
+                if m:
+                    start = max(0, m.start() - 120)
+                    problems.append(f"code cell {i} shows a warning: {text[start:m.end() + 200]!r}")
+                    break
+    return problems
+
+
 def from_percent(text: str) -> nbformat.NotebookNode:
     """Cells from percent-format source (``# %%`` code cells, ``# %% [markdown]`` prose, with
     ``tags=[...]``), read by jupytext."""
+    import jupytext  # only the drafts need it: a GPU server's wheelhouse does not have it
+
     nb = jupytext.reads(text, fmt="py:percent")
     return nbformat.from_dict(json.loads(jupytext.writes(nb, fmt="ipynb")))
 
@@ -138,7 +198,11 @@ def from_percent(text: str) -> nbformat.NotebookNode:
 def to_percent(nb: nbformat.NotebookNode) -> str:
     """Percent-format source of a notebook (the inverse of :func:`from_percent`), by jupytext,
     without its header of notebook metadata (the build step sets the metadata)."""
-    return jupytext.writes(nb, fmt="py:percent", config=_JUPYTEXT)
+    import jupytext
+    from jupytext.config import JupytextConfiguration
+
+    config = JupytextConfiguration(notebook_metadata_filter="-all", cell_metadata_filter="tags")
+    return jupytext.writes(nb, fmt="py:percent", config=config)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""The package as a whole: chapter_setup, lazy submodules, the notebook tool."""
+"""The notebook tool (tools/notebook.py): percent-format drafts, and what the GPU report uses."""
 
 import subprocess
 import sys
@@ -25,3 +25,27 @@ def test_notebook_tool_round_trip(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "tools" / "notebook.py"), "dump", str(nb_path),
                     str(back)], check=True)
     assert 'tags=["raises-exception"]' in back.read_text()
+
+
+def test_what_the_gpu_report_uses_works_without_jupytext(tmp_path):
+    # A GPU server installs the report's wheelhouse, which has no jupytext: trimming errors
+    # and the output checks must not need it (only the drafts do).
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x"),
+                                         nbformat.v4.new_code_cell("y")])
+    nb.cells[0].metadata.tags = ["raises-exception"]
+    nb.cells[0].outputs = [nbformat.v4.new_output(
+        "error", ename="ValueError", evalue="on purpose", traceback=["long", "traceback"])]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                  text="UserWarning: stray\n")]
+    path = tmp_path / "n.ipynb"
+    nbformat.write(nb, path)
+    code = ("import sys; sys.modules['jupytext'] = None\n"  # import jupytext now fails
+            "import nbformat\n"
+            "from tools import notebook\n"
+            f"nb = nbformat.read({str(path)!r}, as_version=4)\n"
+            "print(notebook.trim_errors(nb), nb.cells[0].outputs[0].traceback,\n"
+            "      notebook.output_problems(nb))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.startswith("1 ['ValueError: on purpose'] [\"code cell 1 shows a warning"), \
+        done.stdout
