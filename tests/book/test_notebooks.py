@@ -55,6 +55,23 @@ def test_stored_as_normalize_writes_it(path):
         "a chapter opens with its title"
 
 
+GITHUB_FILE = re.compile(r"https://github\.com/([\w.-]+/[\w.-]+)/(?:blob|tree)/[\w.-]+/"
+                         r"([^\s)#\"']+)")
+
+
+def test_links_to_the_books_files_use_its_one_address():
+    # _config.yml's repository address is its one definition: a page linking to a file of
+    # the book (helpers/launch.py, ...) must use it, or a fork's pages point elsewhere.
+    address = notebook_tool.repository_url().removeprefix("https://github.com/")
+    pages = [ROOT / "intro.md", *sorted((ROOT / "chapters").glob("*.md")), *NOTEBOOKS]
+    links = [(page.name, repo, path) for page in pages
+             for repo, path in GITHUB_FILE.findall(page.read_text())
+             if (ROOT / path).exists()]
+    assert len(links) >= 2, "chapter 7 links the launcher and the DDP script"
+    wrong = [link for link in links if link[1] != address]
+    assert not wrong, f"links to the book's files under another address than {address}: {wrong}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_no_sys_path_hacks(path):
     nb = nbformat.read(path, as_version=4)
