@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import shutil
@@ -26,13 +25,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.support import run_command
-
-
-def _wheelhouse():
-    spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "tools" / "wheelhouse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tools import wheelhouse
 
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
 TRAINERS_CHAPTER = ROOT / "chapters" / "10_trainers.ipynb"
@@ -64,7 +57,7 @@ def _build_wheel(tmp_path: Path) -> tuple[Path, Path]:
     shutil.copytree(ROOT / "results", source / "results", ignore=shutil.ignore_patterns("pages"))
     shutil.copy(FAKE, source / "results" / FAKE.name)
     dist = tmp_path / "dist"
-    wheel = _wheelhouse().build_helpers_wheel(dist, source=source)
+    wheel = wheelhouse.build_helpers_wheel(dist, source=source)
     assert [p.name for p in dist.iterdir()] == [wheel.name]
     return wheel, source
 
@@ -268,7 +261,7 @@ def test_the_wheel_is_built_from_a_clean_copy(tmp_path):
     ghost.write_text("GHOST = True\n")
     before = sorted(p.relative_to(source) for p in source.rglob("*"))
 
-    wheel = _wheelhouse().build_helpers_wheel(tmp_path / "dist", source=source)
+    wheel = wheelhouse.build_helpers_wheel(tmp_path / "dist", source=source)
 
     names = zipfile.ZipFile(wheel).namelist()
     assert "helpers/deleted_module.py" not in names

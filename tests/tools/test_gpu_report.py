@@ -4,7 +4,6 @@ outputs a page of the book shows; and the recorded pages' own checks."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ import pytest
 from bench import schema
 from tests.conftest import ROOT
 from tests.support import output_problems, run_command
+from tools import gpu_report as report
 
 SCRIPT = ROOT / "tools" / "gpu_report.py"
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
@@ -28,14 +28,6 @@ MNIST_NAMES = ["t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", "train-images
                "train-labels-idx1-ubyte"]
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("gpu_report", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-report = load_script()
 
 
 def copy_of_the_book(target: Path) -> Path:
