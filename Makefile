@@ -105,7 +105,7 @@ OLDEST := _oldest
 OLDEST_PY := $(OLDEST_VENV)/bin/python
 
 oldest-venv: $(OLDEST_VENV)/.installed
-$(OLDEST_VENV)/.installed: requirements.txt pyproject.toml
+$(OLDEST_VENV)/.requirements: requirements.txt pyproject.toml
 	test -x $(OLDEST_PY) || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_PY) -m pip install --quiet --upgrade pip
 	# The pinned environment with the oldest torch pair; the book-building tools are not needed.
@@ -113,6 +113,12 @@ $(OLDEST_VENV)/.installed: requirements.txt pyproject.toml
 	  -e 's/^torchvision==.*/torchvision==$(OLDEST_TORCHVISION).*/' \
 	  -e '/^(jupyter-book|ruff|playwright)==/d' requirements.txt > $(OLDEST_VENV)/requirements.txt
 	$(OLDEST_PY) -m pip install --quiet -r $(OLDEST_VENV)/requirements.txt
+	touch $@
+
+# An editable install writes the package's metadata into the checkout
+# (pytorch_on_the_gpu_helpers.egg-info/): the two environments may install side by side
+# (`make -j2 venv oldest-venv`, as CI does), but never write that folder at the same time.
+$(OLDEST_VENV)/.installed: $(OLDEST_VENV)/.requirements | $(VENV)/.installed
 	$(OLDEST_PY) -m pip install --quiet --no-deps -e .
 	$(OLDEST_PY) -c "import torch, torchvision; assert torch.__version__.startswith('$(OLDEST_TORCH).'), torch.__version__"
 	touch $@

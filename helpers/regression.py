@@ -49,7 +49,7 @@ class RegressionRun:
 
 
 def regression_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: nn.Module,
-               x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+                    x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One full-batch step; returns the loss, still on the device (chapter 4).
 
     Nothing in it makes the CPU wait for the GPU: Adam keeps its step count on the CPU, and

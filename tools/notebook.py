@@ -30,8 +30,6 @@ from pathlib import Path
 
 import nbformat
 
-# No notebook-metadata header in the drafts: the notebook tool sets the metadata itself.
-
 HARDWARE = ("cpu", "gpu", "multi-gpu")
 ROOT = Path(__file__).resolve().parents[1]
 

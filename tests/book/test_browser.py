@@ -252,6 +252,20 @@ def test_no_code_or_output_box_is_clipped(file, server, browser):
         page.close()
 
 
+@pytest.mark.parametrize("width", [375, 768])
+def test_a_narrow_window_gives_the_text_its_whole_width(width, server, browser):
+    """Below 1200 pixels the contents column is a drawer: the book's narrower column
+    (_static/book.css) must not take room from the text there."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        page.goto(f"{server}/chapters/03_matmul.html", wait_until="load")
+        text = page.evaluate("document.querySelector('.bd-article-container')"
+                             ".getBoundingClientRect().width")
+        assert text >= width - 1, f"the text is {text:.0f} px wide in a {width}-pixel window"
+    finally:
+        page.close()
+
+
 @pytest.fixture(scope="module")
 def screens(server, browser) -> dict[str, float]:
     """Each page's length in screens of a 1280x900 window, as it opens: collapsed dropdowns and

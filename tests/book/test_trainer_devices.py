@@ -13,11 +13,10 @@ import textwrap
 import warnings
 from unittest import mock
 
+import accelerate.state as accelerate_state
+import lightning as L  # both pinned in requirements.txt: a missing one fails, never skips
 import pytest
 import torch
-
-L = pytest.importorskip("lightning")
-accelerate_state = pytest.importorskip("accelerate.state")
 
 FAKE_GPUS = 4
 
@@ -105,7 +104,6 @@ def test_accelerate_prepared_loaders_copy_blocking_by_default():
 
 def test_an_accelerate_state_cannot_change_within_a_process() -> None:
     """Why chapter 10 runs the CPU, mixed-precision and two-process cases as scripts."""
-    pytest.importorskip("accelerate")
     code = textwrap.dedent("""
         from accelerate import Accelerator
         Accelerator()

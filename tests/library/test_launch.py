@@ -38,8 +38,10 @@ def test_launch_stops_a_hanging_run_and_names_the_causes(tmp_path: Path, capsys)
     # workers): 20 s does on an idle machine. Where both workers had not started by then
     # (a loaded machine), the case is run again with a generous limit; every assertion
     # below holds for the run that counts. The run hangs whatever the limit.
+    every_pid = []  # of every attempt: none may outlive its run
     for limit in (20, 120):
         for f in tmp_path.glob("pid*"):
+            every_pid.append(int(f.read_text()))
             f.unlink()
         with pytest.raises(launch.LaunchError) as caught:
             launch.launch(2, [script, tmp_path], timeout=limit, grace=5)
@@ -54,7 +56,7 @@ def test_launch_stops_a_hanging_run_and_names_the_causes(tmp_path: Path, capsys)
     assert "rank 1 started" in capsys.readouterr().out
     pid_files = [tmp_path / f"pid{r}" for r in range(2)]
     assert all(f.exists() for f in pid_files), "torchrun started both workers"
-    pids = [int(f.read_text()) for f in pid_files]
+    pids = every_pid + [int(f.read_text()) for f in pid_files]
     assert not [pid for pid in pids if alive(pid)], "a worker outlived the time limit"
 
 
