@@ -25,8 +25,6 @@ Figures (``quick=False``; ``quick=True`` trains on a small subset and says so in
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Subset
@@ -34,7 +32,7 @@ from torch.utils.data import DataLoader, Subset
 from bench.core import Figure, workload
 from helpers.data import TensorBatches, mnist, mnist_tensors
 from helpers.models import MnistCNN
-from helpers.timing import synchronize
+from helpers.timing import timed
 from helpers.training import evaluate, train_epoch
 
 __all__ = ["BATCH_SIZE", "CPU_BUDGET_S", "CPU_IMAGES", "LR", "LR_DECAY", "TARGET_ACCURACY", "run",
@@ -89,12 +87,9 @@ def train_images_per_s(batches, device: torch.device, *, warmup_batches: int = 5
     device = torch.device(device)
     model, optimizer = _model_and_optimizer(device)
     _epoch(model, optimizer, batches, device, max_batches=warmup_batches)
-    synchronize(device)
-    start = time.perf_counter()
-    seen = _epoch(model, optimizer, batches, device)
-    synchronize(device)
-    seconds = time.perf_counter() - start
-    return seen / seconds, seconds
+    seen: list[int] = []
+    seconds = timed(lambda: seen.append(_epoch(model, optimizer, batches, device)), device)
+    return seen[0] / seconds, seconds
 
 
 def _test_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
@@ -124,14 +119,10 @@ def time_to_accuracy(device: torch.device, *, target: float = TARGET_ACCURACY,
     del spare, spare_optimizer
     model, optimizer = _model_and_optimizer(device, seed)
     scheduler = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=LR_DECAY)
-    synchronize(device)
     seconds, accuracy, epochs = 0.0, 0.0, 0
     while epochs < max_epochs:
-        start = time.perf_counter()
-        _epoch(model, optimizer, batches, device)
-        scheduler.step()
-        synchronize(device)
-        seconds += time.perf_counter() - start
+        seconds += timed(lambda: (_epoch(model, optimizer, batches, device), scheduler.step()),
+                         device)
         epochs += 1
         accuracy = _test_accuracy(model, xt, yt)
         if accuracy >= target or (budget_s is not None and seconds >= budget_s):

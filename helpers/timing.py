@@ -29,6 +29,7 @@ __all__ = [
     "share_of_peak",
     "synchronize",
     "tflops",
+    "timed",
 ]
 
 
@@ -154,6 +155,25 @@ def _fmt(seconds: float) -> str:
     if seconds >= 1e-3:
         return f"{seconds * 1e3:.3f} ms"
     return f"{seconds * 1e6:.1f} us"
+
+
+def timed(fn: Callable[[], Any], device: torch.device | str) -> float:
+    """Seconds one call of ``fn()`` takes, ``device`` synchronised before and after
+    (chapter 5's "where the time goes").
+
+    Queued device work from before the call is waited for first, so it is not counted, and
+    the work the call queues is waited for at the end, so it is. One call, one reading: for
+    short operations use :func:`benchmark`, which repeats and reports spread.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function of no arguments to time, such as "
+                        f"lambda: train_epoch(...), got {fn!r}")
+    device = _device(device)
+    synchronize(device)
+    start = timeit.default_timer()
+    fn()
+    synchronize(device)
+    return timeit.default_timer() - start
 
 
 def benchmark(

@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 from .devices import resolve_device
 from .timing import synchronize
 
-__all__ = ["EarlyStopping", "default_non_blocking", "evaluate", "fit", "predict", "timed",
-           "train_epoch", "train_step"]
+__all__ = ["EarlyStopping", "default_non_blocking", "evaluate", "fit", "predict", "train_epoch",
+           "train_step"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -194,25 +194,6 @@ def train_epoch(
         return {"loss": loss_sum / seen, "acc": float("nan"), "images": seen}
     loss_sum, accuracy_value = _read_once(total_loss, acc.compute())
     return {"loss": loss_sum / seen, "acc": accuracy_value, "images": seen}
-
-
-def timed(fn: Callable[[], Any], device: torch.device | str) -> float:
-    """Seconds one call of ``fn()`` takes, ``device`` synchronised before and after
-    (chapter 5's "where the time goes").
-
-    Queued device work from before the call is waited for first, so it is not counted, and
-    the work the call queues is waited for at the end, so it is. One call, one reading: for
-    short operations use :func:`helpers.timing.benchmark`, which repeats and reports spread.
-    """
-    if not callable(fn):
-        raise TypeError(f"fn must be a function of no arguments to time, such as "
-                        f"lambda: train_epoch(...), got {fn!r}")
-    device = _device(device)
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""helpers.training.timed: one call of a function, the device synchronised around it (chapter 5)."""
+"""helpers.timing.timed: one call of a function, the device synchronised around it (chapter 5)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 import torch
 
-from helpers import training
+from helpers import timing, training
 
 
 def test_timed_calls_once_and_returns_its_seconds() -> None:
@@ -17,15 +17,15 @@ def test_timed_calls_once_and_returns_its_seconds() -> None:
         calls.append(1)
         time.sleep(0.02)
 
-    seconds = training.timed(work, "cpu")
+    seconds = timing.timed(work, "cpu")
     assert calls == [1]
     assert isinstance(seconds, float) and seconds >= 0.02
 
 
 def test_timed_synchronises_before_and_after(monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
-    monkeypatch.setattr(training, "synchronize", lambda device: events.append(f"sync {device}"))
-    training.timed(lambda: events.append("call"), torch.device("cpu"))
+    monkeypatch.setattr(timing, "synchronize", lambda device: events.append(f"sync {device}"))
+    timing.timed(lambda: events.append("call"), torch.device("cpu"))
     assert events == ["sync cpu", "call", "sync cpu"]
 
 
@@ -35,7 +35,7 @@ def test_timed_times_a_training_epoch_like_the_chapter() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     batches = [(torch.randn(5, 4), torch.randint(0, 3, (5,))) for _ in range(2)]
     seen = []
-    seconds = training.timed(lambda: seen.append(training.train_epoch(
+    seconds = timing.timed(lambda: seen.append(training.train_epoch(
         model, batches, opt, torch.nn.functional.cross_entropy, "cpu", num_classes=3,
         accuracy=False)["images"]), "cpu")
     assert seen == [10] and seconds > 0
@@ -50,7 +50,7 @@ def test_timed_times_a_training_epoch_like_the_chapter() -> None:
 ])
 def test_timed_bad_input(fn, device, error, words) -> None:
     with pytest.raises(error, match=words):
-        training.timed(fn, device)
+        timing.timed(fn, device)
 
 
 def test_timed_lets_the_functions_error_through() -> None:
@@ -58,4 +58,4 @@ def test_timed_lets_the_functions_error_through() -> None:
         raise KeyError("inside")
 
     with pytest.raises(KeyError, match="inside"):
-        training.timed(broken, "cpu")
+        timing.timed(broken, "cpu")
