@@ -311,9 +311,9 @@ def record(args: argparse.Namespace) -> int:
     # No page of an earlier run survives a chapter that fails now (or one deleted since).
     if not args.chapters and not args.resume and not args.no_chapters:
         shutil.rmtree(pages, ignore_errors=True)
-    from tools import notebook as tools  # the checkout is on sys.path (use_checkout)
-
-    output_problems = tools.output_problems  # the tests' checks: no page they would reject
+    # The tests' own output checks, so no page they would reject is written (the checkout is
+    # on sys.path: use_checkout).
+    from tools.notebook import output_problems, trim_errors
     not_run: list[str] = []
     for source in chosen:
         if out_of_time():
@@ -328,7 +328,7 @@ def record(args: argparse.Namespace) -> int:
         problems: list[str] = []
         if ok:
             nb = nbformat.read(target, as_version=4)
-            tools.trim_errors(nb)
+            trim_errors(nb)
             nbformat.write(nb, target)
             problems = output_problems(nb)
             if problems:
