@@ -22,8 +22,8 @@ from tqdm.auto import tqdm
 from .devices import resolve_device
 from .timing import synchronize
 
-__all__ = ["EarlyStopping", "default_non_blocking", "evaluate", "fit", "predict", "train_epoch",
-           "train_step"]
+__all__ = ["EarlyStopping", "accuracy_metric", "default_non_blocking", "evaluate", "fit",
+           "predict", "train_epoch", "train_step"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -64,7 +64,10 @@ def _pair(batch: Any, index: int) -> tuple[Any, Any]:
                     "__getitem__ must return (input, label)")
 
 
-def _accuracy(num_classes: int, device: torch.device) -> torchmetrics.Metric:
+def accuracy_metric(num_classes: int = 10,
+                    device: torch.device | str = "cpu") -> torchmetrics.Metric:
+    """The fraction of correct predictions, counted on ``device`` without waiting for it
+    (chapter 5; a trainer moves it with its module, chapter 10)."""
     # The metric keeps its running state in tensors, which must live where the predictions do.
     # average="micro" is the fraction of correct predictions; torchmetrics' default ("macro")
     # would be the mean of the per-class recalls. validate_args=False: the argument checks may
@@ -175,7 +178,7 @@ def train_epoch(
     _check_classes(num_classes)
     _check_batches(batches, "training")
     model.train()
-    acc = _accuracy(num_classes, device) if accuracy else None
+    acc = accuracy_metric(num_classes, device) if accuracy else None
     total_loss = torch.zeros((), device=device)
     seen = 0
     for i, batch in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):
@@ -219,7 +222,7 @@ def evaluate(
     if non_blocking is None:
         non_blocking = default_non_blocking(device)
     model.eval()
-    acc = _accuracy(num_classes, device)
+    acc = accuracy_metric(num_classes, device)
     total_loss = torch.zeros((), device=device)
     seen = 0
     for i, batch in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):

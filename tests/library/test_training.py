@@ -201,9 +201,9 @@ def test_an_epoch_reads_from_the_device_once_whatever_its_length():
 
 
 def test_the_loop_turns_metric_argument_checks_off():
-    from helpers.training import _accuracy
+    from helpers.training import accuracy_metric
 
-    assert _accuracy(10, torch.device("cpu")).validate_args is False
+    assert accuracy_metric(10, torch.device("cpu")).validate_args is False
 
 
 def test_batches_are_copied_non_blocking_to_cuda_only():
@@ -245,13 +245,13 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 @cuda
 def test_a_training_step_never_waits_for_the_gpu():
     from helpers.models import MnistCNN
-    from helpers.training import _accuracy, train_step
+    from helpers.training import accuracy_metric, train_step
 
     device = torch.device("cuda", torch.cuda.current_device())
     torch.manual_seed(0)
     model = MnistCNN().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    metric = _accuracy(10, device)
+    metric = accuracy_metric(10, device)
     pageable = [(torch.rand(64, 1, 28, 28), torch.randint(0, 10, (64,))) for _ in range(3)]
     pinned = [(x.pin_memory(), y.pin_memory()) for x, y in pageable]
     loss_fn = nn.CrossEntropyLoss()
