@@ -1,9 +1,12 @@
-"""CUDA behaviours chapter 11 demonstrates: late errors and copy/compute overlap (chapter 11).
+"""CUDA behaviours chapter 11 demonstrates: late errors and copy/compute overlap (chapter 11),
+and the sync-debug mode chapters 4, 5 and 11 use to find the calls that wait for the GPU.
 
 - :func:`async_error_report` runs a script with a bad class index in a fresh process and
   reports where the error surfaced: on a CUDA GPU, lines after the faulty call (the kernel's
   device-side assert fires while Python has moved on), unless ``CUDA_LAUNCH_BLOCKING=1``.
 - :func:`event_ms` times GPU work between two CUDA events on a device's current stream.
+- :func:`sync_debug` runs a block under ``torch.cuda.set_sync_debug_mode`` and lists the
+  synchronising calls torch reported (chapter 4).
 - :func:`copy_compute_overlap` measures a pinned host-to-device copy and matrix products on one
   stream, then with the copy on a second stream.
 
@@ -19,7 +22,9 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +33,7 @@ from helpers.devices import resolve_device
 from helpers.timing import synchronize
 
 __all__ = ["ASYNC_ERROR_SCRIPT", "AsyncErrorReport", "Overlap", "async_error_report",
-           "copy_compute_overlap", "event_ms"]
+           "SYNC_MESSAGE", "copy_compute_overlap", "event_ms", "sync_debug"]
 
 #: A script whose cross-entropy gets a target class that does not exist (10 of classes 0-9).
 #: On a CUDA GPU the kernel's device-side assert fires while Python has already moved on; on
@@ -110,16 +115,59 @@ def async_error_report(device: torch.device | str, *, launch_blocking: bool = Fa
                             printed=proc.stdout)
 
 
-def _cuda(device: torch.device | str) -> torch.device:
+def _cuda(device: torch.device | str, what: str = "CUDA events and streams need") -> torch.device:
     # Checked by type first, so that "cpu" and "meta" get this message, not resolve_device's.
     try:
         kind = torch.device(device).type
     except (RuntimeError, TypeError):
         kind = None  # resolve_device names what is wrong with the spelling
     if kind is not None and kind != "cuda":
-        raise ValueError(f"CUDA events and streams need a CUDA device, got {device!r}; "
+        raise ValueError(f"{what} a CUDA device, got {device!r}; "
                          "pass 'cuda' (or 'cuda:1', ...) where torch.cuda.is_available() is True")
     return resolve_device(device)  # "cuda" without a GPU, or "cuda:5" on one GPU: clear error
+
+
+#: What torch says (warning in mode "warn", RuntimeError in mode "error") at a call that waits
+#: for the GPU: ``warn_or_error_on_sync`` in c10/cuda/CUDAFunctions.cpp, torch 2.9 to 2.14.
+SYNC_MESSAGE = "called a synchronizing CUDA operation"
+# torch's once-per-process notice at the first set_sync_debug_mode call (a TORCH_WARN_ONCE in
+# torch/csrc/cuda/Module.cpp, 2.9 to 2.14): a notice about the feature, not a synchronisation.
+_PROTOTYPE_NOTICE = "Synchronization debug mode is a prototype feature"
+
+
+@contextmanager
+def sync_debug(device: torch.device | str, mode: str = "warn") -> Iterator[list[str]]:
+    """Run the ``with`` block under ``torch.cuda.set_sync_debug_mode(mode)`` (chapter 4).
+
+    Yields a list that, when the block ends, holds the message of every synchronising call
+    torch reported in it (mode ``"warn"``); in mode ``"error"`` such a call raises
+    ``RuntimeError`` inside the block instead. The mode is process-wide: the one in force
+    before is restored on the way out, whatever happens. torch's one-time "prototype feature"
+    notice is dropped (it reports no call); any other warning of the block is passed on.
+    ``device`` must be a CUDA device: the mode exists for CUDA only.
+    """
+    _cuda(device, "sync-debug mode needs")
+    if mode not in ("warn", "error"):
+        raise ValueError(f"mode must be 'warn' (list the synchronising calls) or 'error' "
+                         f"(raise at the first one), got {mode!r}")
+    found: list[str] = []
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            previous = torch.cuda.get_sync_debug_mode()
+            torch.cuda.set_sync_debug_mode(mode)
+            try:
+                yield found
+            finally:
+                torch.cuda.set_sync_debug_mode(previous)
+    finally:  # sorted outside the recording, so that what is passed on reaches the caller
+        for w in caught:
+            text = str(w.message)
+            if text.startswith(SYNC_MESSAGE):
+                found.append(text)
+            elif not text.startswith(_PROTOTYPE_NOTICE):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _positive_int(name: str, value: object) -> int:
