@@ -1,3 +1,4 @@
+import importlib
 import os
 import stat
 
@@ -39,28 +40,105 @@ def test_strip_prefixes_only_where_every_key_carries_them():
     assert strip_prefixes({"module.w": 1}, reference_keys=["module.w"]) == {"module.w": 1}
 
 
-def test_roundtrip_from_a_wrapped_model(tmp_path):
+# DataParallel on a one-GPU host moves the model it wraps to that GPU (its constructor calls
+# module.to(device_ids[0]), torch 2.9 to 2.14), and torch.equal refuses a CPU and a CUDA
+# tensor. So the tests below compare what was loaded (on the CPU, where the fresh model is)
+# with a CPU copy of the weights taken *before* wrapping, never with the wrapped model, and
+# they run twice: on this host, and on a one-GPU host faked as below.
+
+_GPU_EQUAL_ERROR = ("Expected all tensors to be on the same device, but got other is on cuda:0, "
+                    "different from other tensors on cpu (when checking argument in method "
+                    "wrapper_CUDA__equal)")
+
+
+@pytest.fixture(params=["this host", "a one-GPU host"])
+def host(request, monkeypatch):
+    """On "a one-GPU host", DataParallel sees one CUDA GPU and moves the module it wraps
+    "there": into new storages, which torch.equal then refuses to compare with any other
+    tensor, in the words the H200 printed (torch 2.11). Yields the storages moved so far."""
+    moved: list[torch.Tensor] = []  # kept alive, so no CPU tensor reuses their addresses
+    if request.param == "a one-GPU host":
+        # the module, not the function torch.nn.parallel re-exports under the same name
+        data_parallel = importlib.import_module("torch.nn.parallel.data_parallel")
+        monkeypatch.setattr(data_parallel, "_get_available_device_type", lambda: "cuda")
+        monkeypatch.setattr(data_parallel, "_get_all_device_indices", lambda: [0])
+        monkeypatch.setattr(data_parallel, "_check_balance", lambda device_ids: None)
+        real_to, real_equal = nn.Module.to, torch.equal
+
+        def to(self, *args, **kwargs):
+            if args and args[0] == torch.device("cuda", 0) and not kwargs:
+                def copy(t):
+                    moved.append(t.detach().clone())
+                    return moved[-1]
+                return self._apply(copy)
+            return real_to(self, *args, **kwargs)
+
+        def on_gpu(t):
+            return any(t.untyped_storage().data_ptr() == m.untyped_storage().data_ptr()
+                       for m in moved)
+
+        def equal(a, b):
+            if on_gpu(a) != on_gpu(b):
+                raise RuntimeError(_GPU_EQUAL_ERROR)
+            return real_equal(a, b)
+
+        monkeypatch.setattr(nn.Module, "to", to)
+        monkeypatch.setattr(torch, "equal", equal)
+    return moved
+
+
+def cpu_copy(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def assert_loaded(model: nn.Module, expected: dict[str, torch.Tensor]) -> None:
+    state = model.state_dict()
+    assert list(state) == list(expected)
+    for name, value in state.items():
+        assert value.device.type == "cpu", f"{name} was loaded onto {value.device}"
+        assert torch.equal(value, expected[name]), name
+
+
+def test_the_fake_gpu_host_moves_and_refuses_as_a_gpu_does(host):
+    weights = nn.Linear(3, 2)
+    before = cpu_copy(weights)
+    wrapped = nn.DataParallel(weights)
+    if not host:  # this host: a CPU moves nothing; a real GPU host moved it to cuda:0
+        assert wrapped.module.weight.device.type == ("cuda" if torch.cuda.is_available()
+                                                     else "cpu")
+        return
+    assert host, "DataParallel moved the module to the (fake) GPU"
+    assert wrapped.module.weight.tolist() == before["weight"].tolist(), "with its values"
+    assert torch.equal(wrapped.module.weight, wrapped.module.weight)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.equal(before["weight"], wrapped.module.weight)
+
+
+def test_roundtrip_from_a_wrapped_model(tmp_path, host):
     torch.manual_seed(0)
-    wrapped = nn.DataParallel(MnistCNN())
+    model = MnistCNN()
+    expected = cpu_copy(model)
+    wrapped = nn.DataParallel(model)
     path = save_checkpoint(wrapped, tmp_path / "ckpt" / "best.pt", epoch=3, val_acc=0.9)
     saved = torch.load(path, weights_only=True)
     assert not any(k.startswith("module.") for k in saved["model"])
     fresh = MnistCNN()
     extra = load_checkpoint(fresh, path)
     assert extra["epoch"] == 3 and extra["val_acc"] == 0.9
-    for a, b in zip(fresh.state_dict().values(), wrapped.module.state_dict().values(), strict=True):
-        assert torch.equal(a, b)
+    assert_loaded(fresh, expected)
 
 
-def test_loading_a_prefixed_raw_state_dict(tmp_path):
+def test_loading_a_prefixed_raw_state_dict(tmp_path, host):
     # What people save by mistake: DataParallel's state_dict with "module." keys.
-    wrapped = nn.DataParallel(nn.Linear(3, 2))
+    layer = nn.Linear(3, 2)
+    expected = cpu_copy(layer)
+    wrapped = nn.DataParallel(layer)
     torch.save(wrapped.state_dict(), tmp_path / "raw.pt")
     plain = nn.Linear(3, 2)
     with pytest.raises(RuntimeError, match=r"Missing key\(s\)"):
         plain.load_state_dict(torch.load(tmp_path / "raw.pt", weights_only=True))
     load_checkpoint(plain, tmp_path / "raw.pt")
-    assert torch.equal(plain.weight, wrapped.module.weight)
+    assert_loaded(plain, expected)
 
 
 def test_load_maps_to_the_models_device(tmp_path):
@@ -150,17 +228,18 @@ class HasModuleAndHead(HasModule):
 
 
 @pytest.mark.parametrize("cls", [HasModule, HasModuleAndHead])
-def test_a_submodule_called_module_reloads(tmp_path, cls):
+def test_a_submodule_called_module_reloads(tmp_path, cls, host):
     torch.manual_seed(0)
     original = cls()
+    expected = cpu_copy(original)
     fresh = cls()
     load_checkpoint(fresh, save_checkpoint(original, tmp_path / "own.pt"))
-    assert torch.equal(fresh.module.weight, original.module.weight)
+    assert_loaded(fresh, expected)
     # Saved through DataParallel by mistake: exactly one "module." comes off.
     torch.save(nn.DataParallel(original).state_dict(), tmp_path / "dp.pt")
     again = cls()
     load_checkpoint(again, tmp_path / "dp.pt")
-    assert torch.equal(again.module.weight, original.module.weight)
+    assert_loaded(again, expected)
 
 
 def test_an_empty_file_is_named(tmp_path):
