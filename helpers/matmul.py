@@ -11,7 +11,8 @@ fp32, TF32, bf16 and (on GPUs whose tensor cores predate bf16, such as Colab's T
 - :func:`sweep_sizes`: the square sizes that fit comfortably in a device's memory;
 - :func:`minor_page_faults`, :func:`huge_pages_for_large_blocks`, :func:`other_allocator_loaded`:
   the probes behind the chapter's page-fault count (why a fresh CPU output costs time);
-- :func:`crossover`: the size from which one series of a sweep beats another for good;
+- :func:`crossover`: the size from which one series of a sweep beats another for good, decided
+  by trusted timings only (not noisy, not taken on an oversubscribed CPU);
 - :func:`time_matmul`: an honest timing of one product into a preallocated output (optionally
   with the host-to-device copy of its inputs included) and its TFLOP/s.
 
@@ -231,17 +232,24 @@ def crossover(sweep: pd.DataFrame, slow: str, fast: str) -> int | None:
     larger size both ran, or None where ``fast`` does not win at the largest (chapter 3).
 
     ``sweep`` has one row per timed product, with columns ``size``, ``series`` and
-    ``seconds`` (chapter 3's sweep table).
+    ``seconds`` (chapter 3's sweep table). Where it also has a ``trusted`` column
+    (:attr:`helpers.timing.Timing.trusted`), only trusted rows count: a noisy timing, or a CPU
+    timing taken while the CPU was oversubscribed, decides nothing, and a size where either
+    series has no trusted timing is left out of the walk.
     """
     missing = {"size", "series", "seconds"} - set(getattr(sweep, "columns", ()))
     if missing:
         raise ValueError(f"sweep needs the columns size, series and seconds; missing "
                          f"{sorted(missing)}")
-    both = sweep.pivot_table(index="size", columns="series", values="seconds")
+    names = set(sweep["series"])
     for name in (slow, fast):
-        if name not in both:
-            raise ValueError(f"no series {name!r} in the sweep; it has "
-                             f"{sorted(both.columns)}")
+        if name not in names:
+            raise ValueError(f"no series {name!r} in the sweep; it has {sorted(names)}")
+    if "trusted" in sweep.columns:
+        sweep = sweep[sweep["trusted"].astype(bool)]
+    both = sweep.pivot_table(index="size", columns="series", values="seconds")
+    if slow not in both or fast not in both:
+        return None  # one series has no trusted timing at all
     both = both[[slow, fast]].dropna().sort_index()
     since = None
     for size in reversed(both.index):  # walk down from the largest size while fast wins

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,11 +19,14 @@ import torch
 import torch.utils.benchmark as tbench
 
 __all__ = [
+    "OVERSUBSCRIBED_MARGIN",
     "PEAK_TFLOPS",
+    "CpuLoad",
     "PeakFigures",
     "Timing",
     "NOISY_SPREAD",
     "benchmark",
+    "cpu_load",
     "device_clock",
     "matmul_flops",
     "peak_tflops",
@@ -101,6 +105,57 @@ def device_clock(device: torch.device | str) -> Callable[[], float]:
 NOISY_SPREAD = 0.1
 
 
+#: The host CPU counts as oversubscribed when its load average exceeds the cores this process
+#: may use by more than this share of them (and by at least one): the timed work's own threads
+#: are part of the load, so a machine busy with that work alone stays below the line.
+OVERSUBSCRIBED_MARGIN = 0.25
+
+
+@dataclass(frozen=True)
+class CpuLoad:
+    """How busy the host CPU was around a CPU timing (chapter 3).
+
+    ``load`` is the 1-minute load average (threads running or waiting to run, the timed work's
+    own included; None where the operating system keeps none, as on Windows), ``cores`` the
+    cores this process may run on, ``threads`` the CPU threads the timed work used.
+    """
+
+    load: float | None
+    cores: int
+    threads: int
+
+    @property
+    def oversubscribed(self) -> bool:
+        """True when more threads wanted the CPU than it has cores: the work used more threads
+        than there are cores, or the load exceeded the cores by :data:`OVERSUBSCRIBED_MARGIN`
+        of them (at least one). A timing taken then measures waiting for a core as well."""
+        if self.threads > self.cores:
+            return True
+        margin = max(1.0, OVERSUBSCRIBED_MARGIN * self.cores)
+        return self.load is not None and self.load > self.cores + margin
+
+    def __str__(self) -> str:
+        load = "no load average" if self.load is None else f"load {self.load:.1f}"
+        return f"{load} on {self.cores} core(s), {self.threads} thread(s)"
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # Linux: the cores this process may run on
+    except (AttributeError, OSError):  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def cpu_load(threads: int | None = None) -> CpuLoad:
+    """The host CPU's load now, against the cores this process may use and the CPU threads
+    the work uses (``threads``; by default ``torch.get_num_threads()``) (chapter 3)."""
+    try:
+        load: float | None = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows keeps no load average
+        load = None
+    return CpuLoad(load, _usable_cores(), threads or torch.get_num_threads())
+
+
 @dataclass(frozen=True)
 class Timing:
     """The result of :func:`benchmark`: seconds per call, with spread (chapter 3)."""
@@ -112,6 +167,9 @@ class Timing:
     mean: float
     times: tuple[float, ...] = field(repr=False)
     number_per_run: int = 1
+    #: For CPU timings, the host's load around the measurement (the busier of before and
+    #: after); None for an accelerator's.
+    cpu: CpuLoad | None = None
 
     @property
     def runs(self) -> int:
@@ -128,12 +186,35 @@ class Timing:
         """True when the spread exceeds :data:`NOISY_SPREAD` of the median: treat as rough."""
         return self.relative_iqr > NOISY_SPREAD
 
+    @property
+    def oversubscribed(self) -> bool:
+        """True for a CPU timing taken while the CPU had more threads to run than cores: it
+        may be slow without being noisy (every call waits for a core alike)."""
+        return self.cpu is not None and self.cpu.oversubscribed
+
+    @property
+    def doubt(self) -> str:
+        """Why the median should not decide anything ('' when there is no reason)."""
+        reasons = []
+        if self.noisy:
+            reasons.append(f"IQR {self.relative_iqr:.0%} of the median")
+        if self.oversubscribed:
+            reasons.append(f"CPU oversubscribed ({self.cpu})")
+        return "; ".join(reasons)
+
+    @property
+    def trusted(self) -> bool:
+        """Neither noisy nor taken on an oversubscribed CPU: fit to decide a comparison."""
+        return not self.doubt
+
     def __str__(self) -> str:
         text = (f"{self.label} on {self.device}: median {_fmt(self.median)}, "
                 f"IQR {_fmt(self.iqr)} ({self.relative_iqr:.0%} of the median) "
                 f"over {self.runs} measurements")
         if self.noisy:
             text += "; noisy, so treat it as rough (the machine was busy)"
+        if self.oversubscribed:
+            text += f"; the CPU was oversubscribed ({self.cpu}), so it may be slow"
         return text
 
     def as_dict(self) -> dict[str, Any]:
@@ -146,6 +227,7 @@ class Timing:
             "mean_s": self.mean,
             "runs": self.runs,
             "noisy": self.noisy,
+            "oversubscribed": self.oversubscribed,
         }
 
 
@@ -194,7 +276,10 @@ def benchmark(
     ``min_run_time`` seconds have been spent and at least ``min_runs`` measurements exist,
     synchronising ``device`` (not merely the current GPU) before every clock reading.
     Returns the median and interquartile range per call; :attr:`Timing.noisy` says when the
-    spread is too large to trust the median closely.
+    spread is too large to trust the median closely. A CPU timing also records the host's load
+    (:func:`cpu_load`, the busier of before and after), and :attr:`Timing.oversubscribed` says
+    when more threads wanted the CPU than it has cores: then every call may wait for a core
+    alike, a slow median with a small spread. :attr:`Timing.trusted` is neither.
     """
     if not callable(fn):
         raise TypeError(f"fn must be the function to time, got {fn!r}; pass the function "
@@ -222,11 +307,13 @@ def benchmark(
         fn(*args, **kwargs)
 
     name = label or getattr(fn, "__name__", "call")
+    threads = num_threads or torch.get_num_threads()
+    before = cpu_load(threads) if device.type == "cpu" else None
     timer = tbench.Timer(
         stmt="call()",
         globals={"call": call},
         label=name,
-        num_threads=num_threads or torch.get_num_threads(),
+        num_threads=threads,
         timer=device_clock(device),
     )
     measurements = [timer.blocked_autorange(min_run_time=min_run_time)]
@@ -235,6 +322,11 @@ def benchmark(
         measurements.append(timer.timeit(per_run))  # a slow call fits few runs in min_run_time
     # torch's own statistics (its quantiles, the ones its noise warning uses) over every run.
     measurement = tbench.Measurement.merge(measurements)[0]
+    host = None
+    if before is not None:  # a CPU timing: keep the busier reading of before and after
+        after = cpu_load(threads)
+        loads = [x.load for x in (before, after) if x.load is not None]
+        host = CpuLoad(max(loads) if loads else None, after.cores, threads)
     return Timing(
         label=name,
         device=str(device),
@@ -243,6 +335,7 @@ def benchmark(
         mean=float(measurement.mean),
         times=tuple(float(t) for t in measurement.times),
         number_per_run=int(per_run),
+        cpu=host,
     )
 
 

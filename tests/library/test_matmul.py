@@ -40,7 +40,10 @@ def test_sweep_sizes_keep_a_tenth_of_the_named_gpus_memory(monkeypatch) -> None:
         asked.append(index)
         return types.SimpleNamespace(total_memory=totals[index])
 
+    # Two fake GPUs, whatever this host has: with the real count a one-GPU host has no
+    # cuda:1 (and a CPU-only host's count of 0 would only hide that).
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", properties)
     t4 = matmul.sweep_sizes("cuda:0")
     h100 = matmul.sweep_sizes(torch.device("cuda:1"))
