@@ -14,7 +14,16 @@ Figures (``quick=True`` uses 20,000 rows and says so in each note):
   alternating with the others), ``gpu_item_cost_per_step_seconds`` (the difference per step,
   with the two IQRs per step as its spread: where a step's GPU work is short it can lie within
   its spread of zero, or below it), ``gpu_speedup_vs_cpu``, ``gpu_final_loss``, ``gpu_w0``,
-  ``gpu_w1`` and ``gpu_b``.
+  ``gpu_w1`` and ``gpu_b``;
+- on an accelerator, what bounds a step (chapter 4's "What limits the speed-up"):
+  ``step_operators`` and ``step_bytes_per_row`` (counted by
+  :func:`helpers.regression.step_traffic`), ``gpu_copy_bandwidth`` (a 128 MiB copy),
+  ``gpu_launch_seconds`` (one tiny operator queued back to back), ``gpu_read_step_seconds``
+  (the same with ``.item()`` after it), ``gpu_read_cost_seconds`` (their difference: one
+  read's round trip), ``gpu_step_seconds_n1000``, ``gpu_step_seconds_n1000000`` and
+  ``gpu_step_seconds_large`` (one step at each size; the large size, in its note, is the
+  first of 10, 30, 100 and 300 times n whose bytes take four times the step at n=1,000 at
+  the copy's bandwidth).
 """
 
 from __future__ import annotations
@@ -34,7 +43,11 @@ from helpers.regression import (
     N,
     RegressionRun,
     fit_regression,
+    step_timing,
+    step_traffic,
+    timing_data,
 )
+from helpers.timing import benchmark
 
 __all__ = ["run"]
 
@@ -88,5 +101,53 @@ def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
         Figure("gpu_speedup_vs_cpu", cpu.seconds / median, "x", dev, None,
                f"{tag}cpu_seconds / gpu_seconds"),
         *_fit_figures("gpu", runs[0], dev, tag),
+        *_bound_figures(device, n, tag),
     ]
     return figures
+
+
+def _bound_figures(device: torch.device, n: int, tag: str) -> list[Figure]:
+    """What bounds a step on ``device``: launches or bytes (chapter 4)."""
+    dev = str(device)
+    traffic = step_traffic(*timing_data(1_000, device))
+    src = torch.rand(2**25, device=device)  # 128 MiB: beyond any GPU's L2 cache
+    dst = torch.empty_like(src)
+    copy = benchmark(dst.copy_, src, device=device, label="copy")
+    bandwidth = 2 * src.numel() * src.element_size() / copy.median
+    tiny = torch.zeros(1, device=device)
+
+    def read_step() -> None:
+        tiny.add_(1)
+        tiny.item()
+
+    launch = benchmark(tiny.add_, 1, device=device, label="launch")
+    read = benchmark(read_step, device=device, label="read")
+    small = step_timing(*timing_data(1_000, device))
+    full = step_timing(*timing_data(n, device))
+    large_n = n * 10
+    for factor in (10, 30, 100, 300):  # the first size whose bytes clearly take the longest
+        large_n = n * factor
+        if traffic.bytes_per_row * large_n / bandwidth >= 4 * small.median:
+            break
+    large = step_timing(*timing_data(large_n, device))
+    return [
+        Figure("step_operators", traffic.operators, "1", dev, None,
+               f"{tag}operators one regression step runs on the device (views excluded)"),
+        Figure("step_bytes_per_row", traffic.bytes_per_row, "B", dev, None,
+               f"{tag}bytes those operators read and write, per data row"),
+        Figure("gpu_copy_bandwidth", bandwidth / 1e9, "GB/s", dev, None,
+               f"{tag}2 x 128 MiB / median time of a device-to-device copy_"),
+        Figure("gpu_launch_seconds", launch.median, "s", dev, launch.iqr,
+               f"{tag}one add_ on a 1-element tensor, queued back to back"),
+        Figure("gpu_read_step_seconds", read.median, "s", dev, read.iqr,
+               f"{tag}the same add_ followed by .item()"),
+        Figure("gpu_read_cost_seconds", read.median - launch.median, "s", dev,
+               read.iqr + launch.iqr, f"{tag}gpu_read_step_seconds - gpu_launch_seconds; "
+               "spread: both IQRs"),
+        Figure("gpu_step_seconds_n1000", small.median, "s", dev, small.iqr,
+               f"{tag}one regression step, n=1,000"),
+        Figure("gpu_step_seconds_n1000000", full.median, "s", dev, full.iqr,
+               f"{tag}one regression step, n={n:,}"),
+        Figure("gpu_step_seconds_large", large.median, "s", dev, large.iqr,
+               f"{tag}one regression step, n={large_n:,}"),
+    ]

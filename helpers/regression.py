@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 from helpers.models import LinearRegression
-from helpers.timing import synchronize
+from helpers.timing import Timing, benchmark, synchronize
 
 __all__ = ["LR", "N", "NOISE_STD", "REPEATS", "STEPS", "TRUE_B", "TRUE_W", "RegressionRun",
-           "fit_regression", "regression_step"]
+           "StepTraffic", "fit_regression", "regression_step", "step_timing", "step_traffic",
+           "timing_data"]
 
 #: The tutorials' problem and training recipe.
 N, TRUE_W, TRUE_B, NOISE_STD = 1_000_000, (2.0, -3.0), 10.0, 2.0
@@ -67,6 +68,85 @@ def regression_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn:
     loss.backward()
     optimizer.step()
     return loss
+
+
+@dataclass(frozen=True)
+class StepTraffic:
+    """What one :func:`regression_step` asks of its device (chapter 4), from
+    :func:`step_traffic`."""
+
+    operators: int  # operators run on the data's device, views excluded: about one kernel each
+    bytes: int  # bytes of the tensors those operators read and write
+    rows: int
+
+    @property
+    def bytes_per_row(self) -> float:
+        return self.bytes / self.rows
+
+
+def step_traffic(x: torch.Tensor, y: torch.Tensor) -> StepTraffic:
+    """Count the operators one :func:`regression_step` runs on ``x``'s device and the bytes
+    of the tensors they read and write (chapter 4).
+
+    A fresh model takes one step first (Adam makes its state then); the second step is
+    counted with a ``TorchDispatchMode``, which sees every operator autograd and the optimiser
+    run, backward included. Views (``.T``, ``detach``) are skipped: they move no data and
+    launch no kernel; so are operators on other devices (Adam's step count lives on the CPU).
+    Each counted operator is about one kernel launch on a GPU. The bytes are what the
+    operators' arguments and results hold, a lower bound on the traffic (no re-reads, no
+    caches).
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    _check_data(x, y)
+    model = LinearRegression(n_features=x.shape[1]).to(x.device, x.dtype)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    loss_fn = nn.MSELoss()
+    regression_step(model, optimizer, loss_fn, x, y)
+    counted = {"operators": 0, "bytes": 0}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            out = func(*args, **(kwargs or {}))
+            tensors = [t for t in tree_flatten((args, kwargs or {}, out))[0]
+                       if isinstance(t, torch.Tensor)]
+            if not func.is_view and any(t.device == x.device for t in tensors):
+                counted["operators"] += 1
+                counted["bytes"] += sum(t.numel() * t.element_size() for t in tensors)
+            return out
+
+    with Count():
+        regression_step(model, optimizer, loss_fn, x, y)
+    return StepTraffic(counted["operators"], counted["bytes"], x.shape[0])
+
+
+def timing_data(n: int, device: torch.device | str,
+                n_features: int = len(TRUE_W)) -> tuple[torch.Tensor, torch.Tensor]:
+    """Regression data of ``n`` rows made on ``device`` itself, for timing only (chapter 4).
+
+    Drawn on the device (no seed, no copy from the host), so that large sizes cost the host
+    neither memory nor time; :func:`helpers.data.make_regression` makes the seeded data the
+    chapter fits.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+        raise ValueError(f"n must be a whole number of rows >= 1, got {n!r}")
+    x = torch.rand(int(n), n_features, device=device) * 20 - 10
+    w = torch.tensor([TRUE_W[:n_features]], device=device)
+    y = x @ w.T + TRUE_B + NOISE_STD * torch.randn(int(n), 1, device=device)
+    return x, y
+
+
+def step_timing(x: torch.Tensor, y: torch.Tensor, *, min_run_time: float = 0.5) -> Timing:
+    """Median seconds of one :func:`regression_step` on ``x``, ``y`` (chapter 4), a fresh
+    model's steps after one warm-up step, timed by :func:`helpers.timing.benchmark`."""
+    _check_data(x, y)
+    model = LinearRegression(n_features=x.shape[1]).to(x.device, x.dtype)
+    optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    loss_fn = nn.MSELoss()
+    return benchmark(regression_step, model, optimizer, loss_fn, x, y, device=x.device,
+                     label=f"regression step, n={x.shape[0]:,}", warmup=1,
+                     min_run_time=min_run_time)
 
 
 def fit_regression(x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, lr: float = LR,

@@ -117,3 +117,23 @@ def test_cpu_workload_figures_do_not_include_the_cuda_only_ones() -> None:
     names = [f.name for f in cuda_semantics.run(torch.device("cpu"), quick=True)]
     assert names == ["launch_ms", "matmul_done_ms"], "the two figures every device measures"
 
+
+
+def test_regression_bound_figures_conform_and_add_up_on_the_cpu() -> None:
+    # The GPU-only part of the regression workload (chapter 4's "what limits the speed-up"),
+    # run on the CPU: its figures agree with each other and say they are quick.
+    figures = bench_regression._bound_figures(torch.device("cpu"), 20_000, "quick run: ")
+    got = _by_name(figures)
+    assert set(got) == {
+        "step_operators", "step_bytes_per_row", "gpu_copy_bandwidth", "gpu_launch_seconds",
+        "gpu_read_step_seconds", "gpu_read_cost_seconds", "gpu_step_seconds_n1000",
+        "gpu_step_seconds_n1000000", "gpu_step_seconds_large"}
+    assert got["step_operators"].value >= 7  # forward, loss, backward and Adam's updates
+    # x (8 bytes a row) and y (4) are read at least once, and the prediction written
+    assert got["step_bytes_per_row"].value >= 16
+    assert got["gpu_read_cost_seconds"].value == pytest.approx(
+        got["gpu_read_step_seconds"].value - got["gpu_launch_seconds"].value)
+    assert "n=20,000" in got["gpu_step_seconds_n1000000"].note
+    large_n = int(got["gpu_step_seconds_large"].note.rsplit("n=", 1)[1].replace(",", ""))
+    assert large_n in {20_000 * f for f in (10, 30, 100, 300)}
+    _check_common(figures)
