@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 from helpers import regression
+from helpers.cuda_semantics import sync_debug
 from helpers.models import LinearRegression
 
 
@@ -36,20 +35,11 @@ def test_a_training_step_waits_for_the_gpu_only_when_it_reads_the_loss() -> None
     loss_fn = torch.nn.MSELoss()
     losses = torch.empty(1, device=device)
     regression.regression_step(model, optimizer, loss_fn, x, y)  # creates Adam's state
-    with torch.cuda.device(device):
-        torch.cuda.set_sync_debug_mode("error")
-        try:
-            losses[0] = regression.regression_step(model, optimizer, loss_fn, x, y).detach()
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            torch.cuda.set_sync_debug_mode("warn")
-            try:
-                regression.regression_step(model, optimizer, loss_fn, x, y).item()
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-    assert any("synchroniz" in str(w.message).lower() for w in caught)
+    with sync_debug(device, "error"):  # any synchronising call in the step raises
+        losses[0] = regression.regression_step(model, optimizer, loss_fn, x, y).detach()
+    with sync_debug(device) as calls:
+        regression.regression_step(model, optimizer, loss_fn, x, y).item()
+    assert len(calls) == 1, calls  # the read, and not torch's one-time notice
 
 
 def test_fit_regression_refuses_data_split_across_devices() -> None:
@@ -65,3 +55,20 @@ def test_fit_regression_logging_every_step_gives_the_same_losses() -> None:
     assert quiet.losses.shape == logged.losses.shape == (20,)
     torch.testing.assert_close(quiet.losses, logged.losses)
     assert logged.log_every_step and not quiet.log_every_step
+
+
+def test_step_traffic_counts_the_operators_and_bytes_of_one_step() -> None:
+    # Chapter 4 decides launch-bound or bytes-bound from these counts.
+    x, y = regression.timing_data(1_000, "cpu")
+    small, large = regression.step_traffic(x, y), regression.step_traffic(
+        *regression.timing_data(4_000, "cpu"))
+    assert small.operators == large.operators >= 7  # a fixed count, whatever the size
+    assert small.bytes_per_row >= 16  # x (8 bytes a row) and y (4) read, a prediction written
+    # bytes grow with the rows: all but the parameters' share scales 4x
+    assert 3.9 < large.bytes / small.bytes < 4.0
+    assert x.shape == (1_000, 2) and y.shape == (1_000, 1)
+
+
+def test_step_timing_times_one_step() -> None:
+    timing = regression.step_timing(*regression.timing_data(1_000, "cpu"), min_run_time=0.05)
+    assert timing.median > 0 and "n=1,000" in timing.label

@@ -3,6 +3,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers.cuda_semantics import sync_debug
 from helpers.data import TensorBatches
 from helpers.training import EarlyStopping, evaluate, fit, predict, train_epoch
 
@@ -259,13 +260,10 @@ def test_a_training_step_never_waits_for_the_gpu():
     train_step(model, *pageable[0], opt, loss_fn, device, metric=metric)
     torch.cuda.synchronize(device)
     losses = []
-    torch.cuda.set_sync_debug_mode("error")  # any synchronising call below raises
-    try:
+    with sync_debug(device, "error"):  # any synchronising call below raises
         for x, y in pageable + pinned:
             loss, _ = train_step(model, x, y, opt, loss_fn, device, metric=metric)
             losses.append(loss)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     assert torch.isfinite(torch.stack(losses)).all()
     assert 0.0 <= metric.compute().item() <= 1.0
 
@@ -276,21 +274,18 @@ def test_the_check_catches_a_blocking_copy_and_item():
     device = torch.device("cuda", torch.cuda.current_device())
     x = torch.rand(64, 1, 28, 28)
     torch.zeros(1, device=device)
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        with pytest.raises(RuntimeError, match="synchronizing"):
+    with pytest.raises(RuntimeError, match="synchronizing"):
+        with sync_debug(device, "error"):
             x.to(device)
+    with sync_debug(device, "error"):
         on_gpu = x.to(device, non_blocking=True)
-        with pytest.raises(RuntimeError, match="synchronizing"):
+    with pytest.raises(RuntimeError, match="synchronizing"):
+        with sync_debug(device, "error"):
             on_gpu.sum().item()
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
 
 
 @cuda
 def test_an_epoch_synchronises_a_fixed_number_of_times():
-    import warnings
-
     from helpers.models import MnistCNN
 
     device = torch.device("cuda", torch.cuda.current_device())
@@ -302,12 +297,7 @@ def test_an_epoch_synchronises_a_fixed_number_of_times():
     counts = []
     for n in (2, 6):
         torch.cuda.synchronize(device)
-        torch.cuda.set_sync_debug_mode("warn")
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                train_epoch(model, data[:n], opt, nn.CrossEntropyLoss(), device)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-        counts.append(sum("synchronizing" in str(w.message) for w in caught))
+        with sync_debug(device) as calls:
+            train_epoch(model, data[:n], opt, nn.CrossEntropyLoss(), device)
+        counts.append(len(calls))
     assert counts[0] == counts[1] >= 1, counts
