@@ -168,10 +168,17 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
     from bench import __main__ as runner
     from bench import core
 
-    real_info = core.machine_info()
+    # The CPU machine is this host's CPU with no accelerator, whatever this host has: on a GPU
+    # host its own record would make the "CPU-only" file a GPU machine's. Every run measures
+    # on the CPU, this host's only device as far as the runner knows, so no slug gets "-on-".
+    real_info = {k: v for k, v in core.machine_info().items() if k != "hip"}
+    cpu_info = {**real_info, "device_name": real_info["cpu"], "gpu_count": 0, "gpus": [],
+                "accelerator": None, "driver": None, "cuda": None, "cudnn": None}
     with monkeypatch.context() as m:
         m.setattr(core, "WORKLOADS", {})
         m.setattr(runner, "load_workload_modules", lambda package=None: [])
+        m.setattr(core, "machine_info", lambda: dict(cpu_info))
+        m.setattr("helpers.devices.available_devices", lambda: ["cpu"])
         state = {"gpu": False, "scale": 1.0}
 
         @core.workload("matmul", 3)
@@ -193,7 +200,7 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
             dev = "cuda:0" if state["gpu"] else "cpu"
             return [core.Figure("images per second", 900.0 * state["scale"], "images/s", dev)]
 
-        assert run_bench("--out", str(folder)) == 0
+        assert run_bench("--device", "cpu", "--out", str(folder)) == 0
         state["gpu"] = True
         for i in range(gpu_machines):
             state["scale"] = 10.0 * (i + 1)
@@ -201,7 +208,7 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
             m.setattr(core, "machine_info", lambda gpu=gpu: {
                 **real_info, "device_name": gpu["name"], "gpu_count": 1, "gpus": [gpu],
                 "driver": "570.1", "cuda": "12.8", "cudnn": 90100, "accelerator": "cuda"})
-            assert run_bench("--out", str(folder)) == 0
+            assert run_bench("--device", "cpu", "--out", str(folder)) == 0
 
 
 # -- the book's pages --------------------------------------------------------------------------

@@ -20,7 +20,31 @@ def test_the_appendix_tables_show_every_committed_file():
     check_report(docs)
 
 
-def test_share_of_peak_and_speed_up_over_the_host_cpu(tmp_path, monkeypatch):
+@pytest.fixture(params=["this host", "a one-GPU host"])
+def host(request, monkeypatch):
+    """This host as it is, or faked as the H200 host of the first GPU run, whose own machine
+    record once made the fixture's CPU-only file count as a GPU machine."""
+    if request.param == "a one-GPU host":
+        from bench import core
+
+        h200 = {"index": 0, "name": "NVIDIA H200", "capability": "9.0", "memory_gib": 139.8,
+                "multiprocessors": 132}
+        monkeypatch.setattr(core, "_accelerator", lambda: ("cuda", [h200]))
+        monkeypatch.setattr(core, "_driver_version", lambda: "580.159.04")
+        assert core.machine_info()["gpu_count"] == 1
+    return request.param
+
+
+def test_the_cpu_file_is_a_cpu_machine_on_any_host(tmp_path, monkeypatch, host):
+    write_results(tmp_path, monkeypatch, gpu_machines=1)
+    docs = load_results(tmp_path)
+    assert sorted(doc["machine"]["gpu_count"] for doc in docs) == [0, 1]
+    cpu = next(doc for doc in docs if not doc["machine"]["gpu_count"])
+    assert cpu["machine"]["gpus"] == [] and cpu["machine"]["accelerator"] is None
+    assert not cpu["machine"]["slug"].startswith("gpu-") and "-on-" not in cpu["machine"]["slug"]
+
+
+def test_share_of_peak_and_speed_up_over_the_host_cpu(tmp_path, monkeypatch, host):
     from helpers import timing
 
     write_results(tmp_path, monkeypatch, gpu_machines=2)
