@@ -17,15 +17,103 @@ import pandas as pd
 import torch
 import torchmetrics
 from torch import nn
-from tqdm.auto import tqdm
+from tqdm.std import tqdm as _TerminalBar
 
 from .devices import resolve_device
 from .timing import synchronize
 
 __all__ = ["EarlyStopping", "accuracy_metric", "default_non_blocking", "evaluate", "fit",
-           "predict", "train_epoch", "train_step"]
+           "predict", "progress", "train_epoch", "train_step"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+# -- progress a static page can show ---------------------------------------------------------
+
+#: The width of a notebook's progress line: within the book's 88 columns.
+PROGRESS_COLUMNS = 80
+
+
+class _ProgressLine:
+    """A file for tqdm that keeps one line of text in a notebook output, updated in place.
+
+    tqdm writes each state of the bar after a carriage return; this keeps the last non-blank
+    state and shows it as one ``text/plain`` display, updated through its display id. Jupyter
+    and Colab update that output live, and an executed notebook stores its final state, which
+    the built book shows (``tqdm.auto``'s ipywidgets bar is blank on a static page).
+    """
+
+    def __init__(self) -> None:
+        self.handle: Any = None
+        self.text = ""
+
+    def write(self, text: str) -> None:
+        from IPython.display import display
+
+        states = [part.rstrip() for part in text.replace("\n", "\r").split("\r")]
+        states = [part for part in states if part]
+        if not states or states[-1] == self.text:
+            return  # a clearing write (leave=False) keeps the last state on the page
+        self.text = states[-1]
+        if self.handle is None:
+            self.handle = display({"text/plain": self.text}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": self.text}, raw=True)
+
+    def flush(self) -> None:
+        pass
+
+
+class _PageBar(_TerminalBar):
+    """tqdm's text bar on a :class:`_ProgressLine`; closing shows the final count."""
+
+    def close(self) -> None:
+        if not self.disable and not self.leave and hasattr(self, "last_print_n"):
+            self.refresh()  # the last state, before tqdm clears a leave=False bar
+        super().close()
+
+
+# One line per notebook cell: every bar a cell opens (an epoch bar, then its batch bars)
+# writes into it, so the page keeps one line, the last bar's final state.
+_LINE: dict[str, Any] = {"cell": None, "line": None}
+
+
+def _notebook_line() -> _ProgressLine | None:
+    """The current cell's progress line inside a Jupyter kernel, else None."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - the book's environments all have IPython
+        return None
+    shell = get_ipython()
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return None
+    cell = getattr(shell, "execution_count", None)
+    if _LINE["cell"] != cell or _LINE["line"] is None:
+        _LINE.update(cell=cell, line=_ProgressLine())
+    return _LINE["line"]
+
+
+def progress(iterable: Iterable[Any] | None = None, *, desc: str | None = None,
+             total: float | None = None, leave: bool = True, disable: bool = False,
+             **kwargs: Any) -> _TerminalBar:
+    """A progress bar over ``iterable`` that a built page can show (chapter 5; chapters 3, 4
+    and 6 use it too): ``for x in progress(loader, desc="train"): ...``.
+
+    In a notebook it is tqdm's text bar on one output line, updated in place (live in Jupyter
+    and Colab); the executed notebook keeps the bar's final state, so the book's page shows
+    it. All the bars of one cell share that line. Elsewhere (a script, a terminal, the tests)
+    it is tqdm's terminal bar on stderr. The arguments are tqdm's.
+    """
+    line = None if disable else _notebook_line()
+    if line is None:
+        return _TerminalBar(iterable, desc=desc, total=total, leave=leave, disable=disable,
+                            **kwargs)
+    kwargs.setdefault("ncols", PROGRESS_COLUMNS)
+    kwargs.setdefault("ascii", False)
+    return _PageBar(iterable, desc=desc, total=total, leave=leave, file=line, **kwargs)
+
+
+progress_bar = progress  # for the functions below, whose `progress` argument is a flag
 
 
 # Devices already checked by _device: a step on a known device costs no second check.
@@ -181,7 +269,7 @@ def train_epoch(
     acc = accuracy_metric(num_classes, device) if accuracy else None
     total_loss = torch.zeros((), device=device)
     seen = 0
-    for i, batch in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):
+    for i, batch in enumerate(progress_bar(batches, desc=desc, leave=False, disable=not progress)):
         if max_batches is not None and i >= max_batches:
             break
         x, y = _pair(batch, i)
@@ -225,7 +313,7 @@ def evaluate(
     acc = accuracy_metric(num_classes, device)
     total_loss = torch.zeros((), device=device)
     seen = 0
-    for i, batch in enumerate(tqdm(batches, desc=desc, leave=False, disable=not progress)):
+    for i, batch in enumerate(progress_bar(batches, desc=desc, leave=False, disable=not progress)):
         x, y = _pair(batch, i)
         if len(x) != len(y):
             raise ValueError(f"batch {i}: inputs {tuple(x.shape)} and labels "
@@ -368,7 +456,7 @@ def fit(
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     stopper = EarlyStopping(monitor=monitor, mode=mode, patience=patience)
     rows: list[dict[str, Any]] = []
-    bar = tqdm(range(1, epochs + 1), desc="epochs", disable=not progress)
+    bar = progress_bar(range(1, epochs + 1), desc="epochs", disable=not progress)
     for epoch in bar:
         synchronize(device)
         start = time.perf_counter()

@@ -1,0 +1,64 @@
+"""helpers.training.progress: a progress bar the built book can show (issue 30, item 9).
+
+tqdm.auto's ipywidgets bar is blank on a static page (the executed notebook holds no widget
+state). ``progress`` writes tqdm's text bar on one notebook output line, updated in place, so
+the executed notebook keeps the final state: these tests execute a notebook in a real kernel
+and read what it stored.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from helpers.training import progress
+from tools.notebook import output_problems
+
+CELLS = [
+    "from helpers.training import progress\nimport time",
+    # an epoch bar and, inside it, a batch bar that leaves nothing of its own (leave=False)
+    "for epoch in progress(range(3), desc='epochs'):\n"
+    "    for batch in progress(range(50), desc='batches', leave=False):\n"
+    "        time.sleep(0.002)\nprint('done')",
+    "for step in progress(range(40), desc='steps', leave=False):\n    time.sleep(0.003)",
+]
+
+
+@pytest.fixture(scope="module")
+def executed() -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    return nb
+
+
+def _lines(cell) -> list[str]:
+    return [out["data"]["text/plain"] for out in cell.outputs
+            if out.output_type == "display_data"]
+
+
+def test_a_cell_keeps_one_line_with_the_bars_final_state(executed) -> None:
+    lines = _lines(executed.cells[1])
+    assert len(lines) == 1, executed.cells[1].outputs
+    assert lines[0].startswith("epochs: 100%") and "3/3" in lines[0], lines
+    assert len(lines[0]) <= 88, "within the book's 88 columns"
+    assert [o.text for o in executed.cells[1].outputs if o.output_type == "stream"] == ["done\n"]
+
+
+def test_a_bar_that_does_not_stay_still_shows_its_final_count(executed) -> None:
+    assert _lines(executed.cells[2]) == [_lines(executed.cells[2])[0]]
+    assert "40/40" in _lines(executed.cells[2])[0]
+
+
+def test_no_widget_and_nothing_on_stderr(executed) -> None:
+    for cell in executed.cells:
+        for out in cell.outputs:
+            assert "application/vnd.jupyter.widget-view+json" not in out.get("data", {})
+    assert output_problems(executed) == []
+
+
+def test_outside_a_notebook_it_is_tqdms_terminal_bar(capsys) -> None:
+    assert list(progress(range(3), desc="x")) == [0, 1, 2]
+    assert "x: 100%" in capsys.readouterr().err
+    assert list(progress(range(2), disable=True)) == [0, 1]
