@@ -11,7 +11,8 @@ Figures, for each recipe that applies to the device (see :func:`recipes_for`):
 - ``<recipe>_step_ms``: median milliseconds per training step (spread: interquartile range);
 - ``<recipe>_speedup``: plain step time divided by the recipe's (``x``; above 1 is faster);
 - ``compile_seconds``: where ``compile`` runs, the first compiled step (tracing and code
-  generation), reported apart from the steady-state step time.
+  generation, with empty compiler caches as on a fresh machine: :func:`cold_compile_cache`),
+  reported apart from the steady-state step time.
 
 Recipes: ``plain``; ``bf16_autocast`` (left out on CUDA GPUs below compute capability 8.0,
 see :func:`bf16_is_fast`); ``channels_last``; on CUDA also ``fp16_autocast_gradscaler``,
@@ -25,12 +26,20 @@ same :class:`RecipeStep` and compiles live on every device.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 
 from bench.core import Figure, workload
-from helpers.recipes import BATCH_SIZE, GPU_BATCH_SIZE, make_step, recipes_for, tf32_advice_ignored
+from helpers.recipes import (
+    BATCH_SIZE,
+    GPU_BATCH_SIZE,
+    cold_compile_cache,
+    make_step,
+    recipes_for,
+    tf32_advice_ignored,
+)
 from helpers.timing import benchmark, synchronize
 
 __all__ = ["run"]
@@ -47,16 +56,21 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
     timings = {}
     for recipe in recipes_for(device):
         step = make_step(recipe, device, batch)
-        if recipe == "compile":
-            synchronize(device)
-            start = time.perf_counter()
-            with tf32_advice_ignored():  # plain measures fp32 matmuls without TF32 too
-                step()
-            synchronize(device)
-            figures.append(Figure("compile_seconds", time.perf_counter() - start, "s",
-                                  str(device), note=note + ", first compiled step"))
-        timings[recipe] = benchmark(step, device=device, label=recipe, warmup=3,
-                                    min_run_time=min_run_time)
+        # A first compilation timed cold: a cache left on disk by an earlier run (of the
+        # benchmark or of chapter 12) would make it many times shorter.
+        cold = cold_compile_cache() if recipe == "compile" else contextlib.nullcontext()
+        with cold:
+            if recipe == "compile":
+                synchronize(device)
+                start = time.perf_counter()
+                with tf32_advice_ignored():  # plain measures fp32 matmuls without TF32 too
+                    step()
+                synchronize(device)
+                figures.append(Figure("compile_seconds", time.perf_counter() - start, "s",
+                                      str(device),
+                                      note=note + ", first compiled step, empty caches"))
+            timings[recipe] = benchmark(step, device=device, label=recipe, warmup=3,
+                                        min_run_time=min_run_time)
     for recipe, t in timings.items():
         base = timings["plain_host_copy" if recipe == "pinned_non_blocking" else "plain"]
         figures.append(Figure(f"{recipe}_step_ms", t.median * 1e3, "ms", str(device),

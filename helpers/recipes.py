@@ -17,6 +17,13 @@ and the optimizer stay eager).
 :func:`compile_or_explain` runs a first compiled call and, where the compiler cannot work on
 this machine (no Triton for a CUDA GPU, a GPU too old for Triton, no C++ compiler for the
 CPU), prints what is missing and what to do instead of a traceback; chapters 11 and 12 use it.
+:func:`cold_compile_cache` gives a block empty compiler caches, so that a first compilation is
+timed as on a fresh machine.
+
+:func:`compare` puts two timings side by side and gives a verdict only where their spreads
+allow one ("no measurable difference" otherwise); :func:`device_busy` measures how much of a
+step keeps a CUDA GPU busy, and :func:`fp32_convolutions_use_tf32` says whether "plain fp32"
+convolutions already run on TF32 tensor cores.
 """
 
 from __future__ import annotations
@@ -36,9 +43,11 @@ from torch import nn
 from helpers.devices import resolve_device
 from helpers.models import MnistCNN
 
-__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "TF32_ADVICE", "CompileOutcome", "RecipeStep",
-           "bf16_is_fast", "compile_advice", "compile_failures", "compile_or_explain",
-           "make_step", "recipes_for", "tf32_advice_ignored"]
+__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "NO_DIFFERENCE", "TF32_ADVICE", "Comparison",
+           "CompileOutcome", "DeviceBusy", "RecipeStep", "bf16_is_fast", "cold_compile_cache",
+           "compare", "compile_advice", "compile_cache_hits", "compile_failures", "compile_or_explain",
+           "device_busy", "fp32_convolutions_use_tf32", "make_step", "recipes_for",
+           "tf32_advice_ignored"]
 
 #: The book's batch size for the CNN (chapter 5); full GPU runs use :data:`GPU_BATCH_SIZE`.
 BATCH_SIZE = 128
@@ -324,3 +333,227 @@ def compile_or_explain(device: torch.device | str) -> Iterator[CompileOutcome]:
     except compile_failures() as exc:
         outcome.error, outcome.advice = exc, compile_advice(exc, device)
         print(outcome.advice)
+
+
+@contextlib.contextmanager
+def cold_compile_cache() -> Iterator[None]:
+    """Run the block with empty, temporary compiler caches, as on a fresh machine (chapter 12).
+
+    ``torch.compile`` keeps what it generated on disk (inductor's cache folder,
+    ``TORCHINDUCTOR_CACHE_DIR``, and Triton's kernels beside it), so a second run of the same
+    model, even in a new process, skips most of its code generation: timed in such a run, a
+    first compiled call looks many times cheaper than a reader's first one. Inside this block
+    both caches point to a new temporary folder (removed afterwards) and inductor's in-memory
+    caches are cleared: torch's own ``fresh_cache`` (torch 2.9 to 2.14). Dynamo's cache of
+    code it already compiled in this process is not cleared: compile a model built inside or
+    just before the block.
+    """
+    from torch._inductor.utils import fresh_cache
+
+    with fresh_cache():
+        yield
+
+
+def compile_cache_hits() -> int:
+    """How many compiled graphs this process has read from the compiler's cache on disk so far
+    (chapter 12): inductor's FX graph cache and AOTAutograd's cache (torch 2.9 to 2.14 count
+    their hits in ``torch._dynamo.utils.counters``). Read it before and after a first compiled
+    call: no new hit means the call generated its code, as on a fresh machine."""
+    from torch._dynamo.utils import counters
+
+    return (counters["inductor"]["fxgraph_cache_hit"]
+            + counters["aot_autograd"]["autograd_cache_hit"])
+
+
+# -- the verdict of a comparison, and what bounds a step ---------------------------------------
+
+#: What a comparison whose spreads cannot support a verdict says instead of a factor.
+NO_DIFFERENCE = "no measurable difference"
+
+
+def _time_figure(name: str, value: object, *, spread: bool) -> float:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value < 0 or (not spread and value == 0)):
+        need = "a finite spread >= 0" if spread else "a positive finite time"
+        raise ValueError(f"{name} must be {need}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two timings of the same work, ``base`` (the reference, such as the plain step) and
+    ``other``, each a median and its spread (interquartile range), in one unit (chapter 12;
+    made by :func:`compare`).
+
+    A verdict needs two things: neither timing is noisy (its spread is at most
+    :data:`helpers.timing.NOISY_SPREAD` of its median), and the medians differ by more than
+    the spreads allow (the ranges *median ± IQR/2* do not overlap). Otherwise
+    :attr:`verdict` is :data:`NO_DIFFERENCE` and :meth:`describe` prints no factor.
+    """
+
+    base: float
+    base_iqr: float
+    other: float
+    other_iqr: float
+
+    def __post_init__(self) -> None:
+        for name in ("base", "other"):
+            _time_figure(name, getattr(self, name), spread=False)
+            _time_figure(f"{name}_iqr", getattr(self, f"{name}_iqr"), spread=True)
+
+    @property
+    def speedup(self) -> float:
+        """``base / other``: above 1 the other is faster. Quote it only where
+        :attr:`measurable`."""
+        return self.base / self.other
+
+    @property
+    def noisy(self) -> bool:
+        """True when either timing's spread is above ``NOISY_SPREAD`` of its median."""
+        from helpers.timing import NOISY_SPREAD
+
+        return (self.base_iqr > NOISY_SPREAD * self.base
+                or self.other_iqr > NOISY_SPREAD * self.other)
+
+    @property
+    def within_spread(self) -> bool:
+        """True when the medians differ by no more than half the two spreads together."""
+        return abs(self.base - self.other) <= (self.base_iqr + self.other_iqr) / 2
+
+    @property
+    def measurable(self) -> bool:
+        """True when the spreads support a verdict: neither noisy, the difference outside."""
+        return not self.noisy and not self.within_spread
+
+    @property
+    def verdict(self) -> str:
+        """``"faster"``, ``"slower"`` (the other against the base) or :data:`NO_DIFFERENCE`."""
+        if not self.measurable:
+            return NO_DIFFERENCE
+        return "faster" if self.other < self.base else "slower"
+
+    def describe(self, what: str, than: str = "the plain step") -> str:
+        """One line: the factor where :attr:`measurable`, else why there is no verdict."""
+        from helpers.timing import NOISY_SPREAD
+
+        if self.noisy:
+            why = f"a timing's spread is above {NOISY_SPREAD:.0%} of its median"
+            return f"{what}: {NO_DIFFERENCE} from {than} ({why})"
+        if self.within_spread:
+            return f"{what}: {NO_DIFFERENCE} from {than} (the gap is within the spreads)"
+        if self.verdict == "faster":
+            return f"{what}: {self.speedup:.2f}x as fast as {than}"
+        return f"{what}: {self.speedup:.2f}x the speed of {than}, slower"
+
+
+def _median_and_iqr(name: str, timing: object) -> tuple[float, float]:
+    if hasattr(timing, "median") and hasattr(timing, "iqr"):  # helpers.timing.Timing
+        return timing.median, timing.iqr  # type: ignore[attr-defined]
+    if isinstance(timing, tuple) and len(timing) == 2:
+        return timing
+    raise TypeError(f"{name} must be a helpers.timing.Timing or a (median, iqr) pair, "
+                    f"got {timing!r}")
+
+
+def compare(base: object, other: object) -> Comparison:
+    """Compare ``other`` with ``base`` (chapter 12; chapters 10 and 13 compare the same way).
+
+    Each is a :class:`helpers.timing.Timing` (from :func:`helpers.timing.benchmark`) or a
+    ``(median, iqr)`` pair in one unit. ``compare(plain, recipe).describe("channels_last")``
+    prints ``"channels_last: 1.16x as fast as the plain step"`` only where the spreads support
+    it, and ``"channels_last: no measurable difference from the plain step (...)"`` otherwise.
+    """
+    return Comparison(*_median_and_iqr("base", base), *_median_and_iqr("other", other))
+
+
+def fp32_convolutions_use_tf32(device: torch.device | str) -> bool:
+    """Whether a "plain fp32" convolution on ``device`` runs on TF32 tensor cores (chapter 12).
+
+    On CUDA GPUs of compute capability 8.0 (Ampere) and later, cuDNN computes float32
+    convolutions in TF32 unless told otherwise: ``torch.backends.cudnn.conv.fp32_precision``
+    is ``"tf32"`` by default (torch 2.9 and later; the older flag
+    ``torch.backends.cudnn.allow_tf32`` is True by default), while float32 matrix products
+    (``nn.Linear``) stay full fp32 (``torch.get_float32_matmul_precision()`` is
+    ``"highest"``). GPUs before 8.0 (Colab's T4, 7.5) have no TF32, ROCm builds are left out,
+    and other devices answer False.
+    """
+    device = _kind(device)
+    if device.type != "cuda" or torch.version.hip or not torch.backends.cudnn.enabled:
+        return False
+    try:
+        capability = torch.cuda.get_device_capability(device)
+    except (RuntimeError, AssertionError, ValueError):
+        resolve_device(device)  # names the devices this machine has
+        raise
+    if tuple(capability) < (8, 0):
+        return False
+    precision = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None)
+    if precision in ("tf32", "ieee"):
+        return precision == "tf32"
+    with warnings.catch_warnings():  # the legacy flag; torch 2.9+ may warn that it is old
+        warnings.simplefilter("ignore")
+        return bool(torch.backends.cudnn.allow_tf32)
+
+
+@dataclass(frozen=True)
+class DeviceBusy:
+    """What :func:`device_busy` measured (chapter 12): per step, the GPU's busy milliseconds
+    (kernels and copies, overlaps counted once) and how many kernels and copies ran."""
+
+    steps: int
+    busy_ms: float
+    operations: float
+
+    def share(self, step_ms: float) -> float:
+        """The share of a step of ``step_ms`` milliseconds (its wall time) the GPU was busy."""
+        step_ms = _time_figure("step_ms", step_ms, spread=False)
+        return self.busy_ms / step_ms
+
+
+def _busy_from_events(events: object, steps: int, index: int) -> DeviceBusy:
+    """Busy time and operation count per step from a profile's events (CUDA device ``index``):
+    every kernel, copy and fill the GPU ran, user annotations (labels) left out."""
+    from torch.autograd import DeviceType
+
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events  # type: ignore[attr-defined]
+                   if e.device_type == DeviceType.CUDA and not e.is_user_annotation
+                   and e.device_index == index)
+    busy, end = 0.0, -math.inf
+    for start, stop in spans:  # the union of the spans: overlapping work counts once
+        if stop > end:
+            busy += stop - max(start, end)
+            end = stop
+    return DeviceBusy(steps=steps, busy_ms=busy / 1e3 / steps, operations=len(spans) / steps)
+
+
+def device_busy(fn: Callable[[], object], device: torch.device | str, *,
+                steps: int = 10) -> DeviceBusy:
+    """How long a CUDA GPU is busy per call of ``fn`` (one training step), from the profiler
+    (chapter 12).
+
+    One call runs first (first-call costs stay out), then ``steps`` calls under
+    ``torch.profiler``; the GPU's kernels and copies on ``device`` are added up, overlaps
+    counted once. Compare with the step's wall time (``DeviceBusy.share``): a step whose GPU is
+    busy for a small share of it is bound by the host, which launches the kernels.
+    """
+    if not callable(fn):
+        raise TypeError(f"device_busy needs the step to call, got {fn!r}")
+    steps = _whole("steps", steps, 1)
+    device = _device(device)
+    if device.type != "cuda":
+        raise ValueError(f"device_busy measures a CUDA GPU's kernels, got {device}")
+    from torch.profiler import ProfilerActivity, profile
+
+    from helpers.timing import synchronize
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    fn()
+    synchronize(device)
+    # acc_events=True: one profiling cycle either way, and torch 2.10 and 2.11 warn on every
+    # profile opened without it ("Profiler clears events at the end of each cycle").
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 acc_events=True) as prof:
+        for _ in range(steps):
+            fn()
+        synchronize(device)
+    return _busy_from_events(prof.events(), steps, index)
