@@ -100,16 +100,83 @@ def test_the_benchmark_trains_with_the_books_epoch(monkeypatch) -> None:
     assert calls == [128, 128, 128, 44]  # one warm-up step, then the epoch's three batches
 
 
+def _only_the_deliberate_read(monkeypatch, check_read):
+    """Wrap the epoch's one deliberate read (helpers.training._read_once, all of an epoch's
+    figures in one device-to-host copy) with ``check_read``; returns the list of its calls."""
+    from helpers import training
+
+    reads: list[object] = []
+    real_read = training._read_once
+
+    def deliberate_read(*values):
+        result, note = check_read(real_read, *values)
+        reads.append(note)
+        return result
+
+    monkeypatch.setattr(training, "_read_once", deliberate_read)
+    return reads
+
+
+def test_the_epoch_reads_values_back_only_in_its_deliberate_read(monkeypatch) -> None:
+    """The CPU side of the GPU test below: every way the book's code (helpers/, bench/) could
+    read a tensor's value back to Python in a step (each a wait for the GPU there) happens
+    only inside the one deliberate read. (torch's own CPU Adam reads its step counts with
+    .item(); the fused CUDA Adam the workload uses keeps them on the GPU.)"""
+    import sys
+
+    from tests.conftest import ROOT
+
+    book_code = (str(ROOT / "helpers"), str(ROOT / "bench"))
+    inside = {"read": False}
+    outside: list[str] = []
+
+    def watch(name):
+        real = getattr(torch.Tensor, name)
+
+        def watched(self, *args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if not inside["read"] and caller.startswith(book_code):
+                outside.append(f"{name} in {caller}")
+            return real(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, watched)
+
+    def check_read(real_read, *values):
+        inside["read"] = True
+        try:
+            return real_read(*values), len(values)
+        finally:
+            inside["read"] = False
+
+    device = torch.device("cpu")
+    model, optimizer = bench_mnist._model_and_optimizer(device)
+    batches = [(torch.rand(16, 1, 28, 28), torch.randint(0, 10, (16,))) for _ in range(3)]
+    reads = _only_the_deliberate_read(monkeypatch, check_read)
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__"):
+        watch(name)
+    assert bench_mnist._epoch(model, optimizer, batches, device) == 3 * 16
+    assert outside == [], f"values read back during the epoch outside its one read: {outside}"
+    assert reads == [1], "one read, of the loss sum alone (accuracy=False)"
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_the_dataloader_path_never_waits_for_the_gpu() -> None:
+def test_the_dataloader_path_never_waits_for_the_gpu(monkeypatch) -> None:
+    """Pageable batches copied with non_blocking, steps queued: nothing in the epoch waits for
+    the GPU but its one deliberate read at the end, which waits exactly once."""
+    from helpers.cuda_semantics import sync_debug
+
     device = torch.device("cuda", torch.cuda.current_device())
     model, optimizer = bench_mnist._model_and_optimizer(device)
     pageable = [(torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,))) for _ in range(3)]
     bench_mnist._epoch(model, optimizer, pageable[:1], device)  # warm-up: optimiser state
     torch.cuda.synchronize(device)
-    torch.cuda.set_sync_debug_mode("error")  # a blocking copy or .item() below raises
-    try:
+
+    def check_read(real_read, *values):
+        with sync_debug(device, "warn") as waits:  # the epoch's one read may wait: count it
+            result = real_read(*values)
+        return result, len(waits)
+
+    reads = _only_the_deliberate_read(monkeypatch, check_read)
+    with sync_debug(device, "error"):  # any other wait for the GPU raises
         seen = bench_mnist._epoch(model, optimizer, pageable, device)
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
     assert seen == 3 * 128
+    assert reads == [1], "one read at the epoch's end, waiting for the GPU exactly once"
