@@ -32,3 +32,17 @@ def test_on_a_gpu_the_device_side_assert_surfaces_late_unless_launches_block() -
     assert "device-side assert" in late.error and "device-side assert" in blocking.error
     assert late.lines_late > 0 and "the faulty call returned" in late.printed
     assert blocking.lines_late == 0
+
+
+def test_chapter_11_sets_the_sync_debug_mode_only_through_the_helper() -> None:
+    """Issue 26 item 1: torch's one-time "prototype feature" notice appeared on the GPU page,
+    because the chapter called ``torch.cuda.set_sync_debug_mode`` itself. ``sync_debug`` drops
+    that notice and restores the mode; the chapter uses it for every sync-debug block."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "chapters" / "11_cuda_semantics.ipynb"
+    code = ["".join(c["source"]) for c in json.loads(path.read_text())["cells"]
+            if c["cell_type"] == "code"]
+    assert not [c for c in code if "set_sync_debug_mode(" in c]
+    assert any("with sync_debug(device, mode=\"error\")" in c for c in code)
