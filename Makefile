@@ -161,11 +161,17 @@ gpu-report:
 
 # Wheels for an offline GPU server: WHEEL_PYTHON=3.12, and WHEEL_PLATFORM="tag tag ..." to
 # replace the default platform tags (every manylinux x86-64 tag from 2_28 down to 2014).
+# By default only what a server image with torch and the scientific stack lacks (at most
+# 35 MB, MNIST included; WHEEL_SERVER_HAS=server.txt, that server's `pip list
+# --format=freeze`, for another image than the H200's); WHEEL_FULL=1 for a bare server.
 WHEEL_PYTHON ?= 3.11
 WHEEL_PLATFORM ?=
+WHEEL_SERVER_HAS ?=
+WHEEL_FULL ?=
 wheelhouse: venv
 	$(PY) tools/wheelhouse.py --out _build/wheelhouse --python $(WHEEL_PYTHON) \
-	  $(foreach p,$(WHEEL_PLATFORM),--platform $(p))
+	  $(foreach p,$(WHEEL_PLATFORM),--platform $(p)) $(if $(WHEEL_FULL),--full) \
+	  $(if $(WHEEL_SERVER_HAS),--server-has $(WHEEL_SERVER_HAS))
 
 clean:
 	# build/ is where setuptools leaves a wheel's files; stale ones would ship in the next wheel.

@@ -37,6 +37,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,8 @@ STAMP_TAG = "recorded-run-stamp"
 CPU_NOTE_TAG = "cpu-run-note"
 #: What the wheelhouse's requirements name, installed offline with ``--wheelhouse``.
 WHEELHOUSE_REQUIREMENTS = "requirements.txt"
-MNIST_ARCHIVE = "mnist-raw.tar.gz"
+#: The wheelhouse's MNIST archive: xz now, gzip in wheelhouses built before.
+MNIST_ARCHIVES = ("mnist-raw.tar.xz", "mnist-raw.tar.gz")
 #: Rendered by the book from results/, never recorded: it must list every committed machine.
 NOT_RECORDED_PREFIX = "appendix"
 
@@ -85,23 +87,77 @@ def code_hash(nb) -> str:
 
 # Recording ---------------------------------------------------------------------------------
 
+def installed_versions() -> dict[str, str]:
+    """The distributions this Python sees, by normalised name."""
+    from importlib import metadata
+
+    found = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(_normal(name), dist.version)
+    return found
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheels_to_install(wheelhouse: Path, installed: dict[str, str]) -> tuple[list[Path], list[str]]:
+    """The wheelhouse's wheels this machine lacks, and those it has in the same version
+    (skipped). A wheel of a package this machine has in another version stops everything:
+    installing it would replace the server's own. The helpers wheel is never installed: the
+    report runs this checkout's helpers (use_checkout), and an installed copy would silently
+    shadow later edits to helpers/ in any run without PYTHONPATH."""
+    install, same, clash = [], [], []
+    for wheel in sorted(wheelhouse.glob("*.whl")):
+        name, version = wheel.name.split("-")[:2]
+        name = _normal(name)
+        if name == "pytorch-on-the-gpu-helpers":
+            continue
+        if name not in installed:
+            install.append(wheel)
+        elif installed[name] == version:
+            same.append(f"{name} {version}")
+        else:
+            clash.append(f"{name} (the wheelhouse has {version}, this machine {installed[name]})")
+    if clash:
+        raise SystemExit(
+            f"{wheelhouse} would replace package(s) this machine has: {'; '.join(clash)}. "
+            "Nothing was installed. Build a wheelhouse for this server: `python -m pip list "
+            "--format=freeze > server.txt` here, then `python tools/wheelhouse.py --out DIR "
+            "--server-has server.txt` on a machine with internet.")
+    return install, same
+
+
 def install_wheelhouse(wheelhouse: Path) -> None:
-    """Install what the wheelhouse holds, without a network, and unpack its MNIST archive."""
+    """Install the wheels this machine lacks from the wheelhouse, offline and without their
+    dependencies (``--no-deps``: pip replaces and upgrades nothing the machine has), and
+    unpack its MNIST archive."""
     requirements = wheelhouse / WHEELHOUSE_REQUIREMENTS
     if not requirements.exists():
         raise SystemExit(f"{wheelhouse} has no {WHEELHOUSE_REQUIREMENTS}: build it with "
                          "`python tools/wheelhouse.py --out DIR` on a machine with internet")
-    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-           "--find-links", str(wheelhouse)]
-    if requirements.read_text().split():
-        subprocess.run([*pip, "-r", str(requirements)], check=True)
-    # The wheelhouse's helpers wheel is not installed: the report runs this checkout's helpers
-    # (use_checkout), and an installed copy would silently shadow later edits to helpers/ in
-    # any run without PYTHONPATH.
+    install, same = wheels_to_install(wheelhouse, installed_versions())
+    if same:
+        print(f"Already here in the same version: {', '.join(same)}")
+    if install:
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                        "--no-deps", *map(str, install)], check=True)
+        print(f"Installed {len(install)} wheel(s) from {wheelhouse}")
+        # What the new packages need and this machine lacks (its own conflicts not shown).
+        names = {_normal(w.name.split("-")[0]) for w in install}
+        check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
+                               text=True)
+        unmet = [line for line in check.stdout.splitlines()
+                 if line.split() and _normal(line.split()[0]) in names]
+        for line in unmet:
+            print(f"  pip check: {line}", file=sys.stderr)
     importlib.invalidate_caches()  # the packages just installed must be importable now
-    archive = wheelhouse / MNIST_ARCHIVE
-    if archive.exists():
-        unpack_mnist(archive)
+    for name in MNIST_ARCHIVES:
+        if (wheelhouse / name).exists():
+            unpack_mnist(wheelhouse / name)
+            break
 
 
 def unpack_mnist(archive: Path) -> Path:

@@ -60,7 +60,7 @@ def recorded(tmp_path_factory):
     # a tiny set: no downloads, the helpers wheel and the data
     run_command([sys.executable, str(ROOT / "tools" / "wheelhouse.py"), "--out", str(wheelhouse),
                  "--packages", "", "--mnist", str(raw)], timeout=900)
-    assert (wheelhouse / "mnist-raw.tar.gz").exists()
+    assert (wheelhouse / "mnist-raw.tar.xz").exists()
     assert (wheelhouse / "requirements.txt").read_text().split() == []
 
     book = copy_of_the_book(tmp / "book")
@@ -401,3 +401,56 @@ def test_the_chapters_that_need_a_gpu_most_run_first():
     first = [n for n in report.FIRST if (ROOT / "chapters" / f"{n}.ipynb").exists()]
     assert names[:len(first)] == first
     assert names[len(first):] == sorted(names[len(first):])
+
+
+def _wheels(folder: Path, *names: str) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / report.WHEELHOUSE_REQUIREMENTS).write_text("")
+    for name in names:
+        (folder / f"{name}-py3-none-any.whl").write_bytes(b"w")
+
+
+def test_a_wheel_of_a_package_the_server_has_in_another_version_stops_the_install(
+        monkeypatch, tmp_path):
+    _wheels(tmp_path, "numpy-2.4.6", "ipykernel-7.4.0", "Jupyter_Client-8.10.0")
+    pip = []
+    monkeypatch.setattr(report.subprocess, "run", lambda cmd, **kw: pip.append(cmd))
+    monkeypatch.setattr(report, "installed_versions",
+                        lambda: {"numpy": "2.5.2", "jupyter-client": "8.9.0", "torch": "2.11"})
+    with pytest.raises(SystemExit, match="would replace") as caught:
+        report.install_wheelhouse(tmp_path)
+    said = str(caught.value)
+    assert "numpy (the wheelhouse has 2.4.6, this machine 2.5.2)" in said
+    assert "jupyter-client (the wheelhouse has 8.10.0, this machine 8.9.0)" in said
+    assert "ipykernel" not in said and "Nothing was installed" in said and pip == []
+
+
+def test_the_wheelhouse_installs_only_what_is_missing_without_dependencies(
+        monkeypatch, tmp_path, capsys):
+    _wheels(tmp_path, "numpy-2.5.2", "ipykernel-7.4.0", "pytorch_on_the_gpu_helpers-0.1.0")
+    pip = []
+
+    def run(cmd, **kw):
+        pip.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="ipykernel 7.4.0 requires debugpy, "
+                                           "which is not installed.\nscipy 1.0 has an issue\n")
+
+    monkeypatch.setattr(report.subprocess, "run", run)
+    monkeypatch.setattr(report, "installed_versions", lambda: {"numpy": "2.5.2"})
+    report.install_wheelhouse(tmp_path)
+    install, check = pip
+    assert install[install.index("install"):install.index("install") + 4] == [
+        "install", "--quiet", "--no-index", "--no-deps"]
+    assert [Path(a).name for a in install if a.endswith(".whl")] == [
+        "ipykernel-7.4.0-py3-none-any.whl"]  # not numpy (the same version), not the helpers
+    assert check[-2:] == ["pip", "check"]
+    out = capsys.readouterr()
+    assert "Already here in the same version: numpy 2.5.2" in out.out
+    assert "requires debugpy" in out.err and "scipy" not in out.err
+
+
+def test_the_installed_versions_are_read_by_normalised_name():
+    found = report.installed_versions()
+    import nbformat as nbf
+
+    assert found["nbformat"] == nbf.__version__ and "typing-extensions" in found

@@ -8,6 +8,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tools import wheelhouse
 
@@ -33,7 +35,7 @@ def test_by_default_every_manylinux_tag_from_2_28_down_is_accepted(monkeypatch, 
     calls = fake_pip(monkeypatch, [("numpy", "2.4.6"), ("torch", "2.14.1"),
                                    ("nvidia-cublas", "13.0"), ("nbclient", "0.11.0")])
     monkeypatch.setattr(wheelhouse, "build_helpers_wheel", lambda out: out / "helpers.whl")
-    assert wheelhouse.main(["--out", str(tmp_path), "--python", "3.12", "--no-data",
+    assert wheelhouse.main(["--out", str(tmp_path), "--python", "3.12", "--no-data", "--full",
                             "--packages", "numpy,nbclient,pyyaml"]) == 0
     resolve, download = calls
     for cmd in (resolve, download):
@@ -67,3 +69,165 @@ def test_the_makefile_passes_each_named_platform():
     default = subprocess.run(["make", "-n", "-W", ".venv/.installed", "wheelhouse"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
     assert "--platform" not in default  # the script's default list applies
+    assert "--full" not in default and "--server-has" not in default  # the server's kind
+    full = subprocess.run(["make", "-n", "-W", ".venv/.installed", "wheelhouse", "WHEEL_FULL=1",
+                           "WHEEL_SERVER_HAS="], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout
+    assert "--full" in full and "--server-has" not in full
+    other = subprocess.run(["make", "-n", "-W", ".venv/.installed", "wheelhouse",
+                            "WHEEL_SERVER_HAS=s.txt"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout
+    assert "--server-has s.txt" in other and "--full" not in other
+
+
+#: What pip resolved for the server wheelhouse's packages (Python 3.12, 2026-11-28), with the
+#: wheels' real sizes in bytes (those the H200 image has, never downloaded, approximate):
+#: recorded so this test runs offline.
+RESOLVED_FOR_THE_SERVER = {
+    "nbclient": ("0.11.0", 25_288), "nbformat": ("5.11.1", 79_849),
+    "ipykernel": ("7.4.0", 123_184), "nbmake": ("1.5.5", 12_818),
+    "ipywidgets": ("8.1.9", 140_101), "torchkeras": ("4.0.5", 6_624_558),
+    "jupyterlab_widgets": ("3.0.17", 217_292), "widgetsnbextension": ("4.0.16", 2_225_148),
+    "comm": ("0.2.3", 7_294), "debugpy": ("1.8.22", 5_374_857),
+    "fastjsonschema": ("2.22.3", 28_442), "ipython": ("9.18.1", 649_819),
+    "prompt_toolkit": ("3.0.53", 392_288), "ipython_pygments_lexers": ("1.1.1", 8_074),
+    "jedi": ("0.20.1", 4_885_980), "parso": ("0.8.7", 107_025),
+    "jsonschema": ("4.26.0", 90_630), "attrs": ("26.1.0", 67_000),
+    "jsonschema-specifications": ("2025.9.1", 18_437), "jupyter_client": ("8.10.0", 110_184),
+    "jupyter_core": ("5.9.1", 29_032), "matplotlib-inline": ("0.2.2", 9_534),
+    "nest-asyncio2": ("1.7.4", 8_543), "packaging": ("26.4", 74_000),
+    "pexpect": ("4.9.0", 63_772), "platformdirs": ("4.14.8", 94_267),
+    "psutil": ("7.2.2", 291_000), "ptyprocess": ("0.7.0", 13_993),
+    "Pygments": ("2.21.0", 1_231_000), "pytest": ("9.2.0", 374_000),
+    "pluggy": ("1.7.0", 20_000), "iniconfig": ("2.3.1", 7_000),
+    "python-dateutil": ("4.0.0", 230_000), "pyzmq": ("27.3.0", 855_178),
+    "referencing": ("0.37.0", 26_766), "rpds-py": ("2026.9.1", 371_261),
+    "stack-data": ("0.6.3", 24_521), "asttokens": ("3.0.2", 28_702),
+    "executing": ("2.3.0", 29_393), "tornado": ("6.6.1", 534_470),
+    "traitlets": ("5.16.1", 86_211), "typing_extensions": ("4.16.0", 44_000),
+    "wcwidth": ("0.9.4", 785_946), "pure_eval": ("0.2.4", 11_893),
+    "tzdata": ("2026.6", 348_210),
+}
+#: MNIST's four files compressed with xz (what pack_mnist writes for the real data).
+MNIST_XZ_BYTES = 9_451_316
+
+
+def fake_index(monkeypatch, resolved: dict[str, tuple[str, int]]) -> list[list[str]]:
+    """pip as a package index answers: the resolution, then each wheel at its size."""
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(list(cmd))
+        if "--report" in cmd:
+            Path(cmd[cmd.index("--report") + 1]).write_text(json.dumps({"install": [
+                {"metadata": {"name": n, "version": v}} for n, (v, _) in resolved.items()]}))
+        elif "download" in cmd:
+            dest = Path(cmd[cmd.index("--dest") + 1])
+            for spec in (a for a in cmd if "==" in a):
+                name, version = spec.split("==")
+                size = resolved[name][1]
+                (dest / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(
+                    b"w" * size)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(wheelhouse.subprocess, "run", run)
+    monkeypatch.setattr(wheelhouse, "build_helpers_wheel", lambda out: _helpers_wheel(out))
+    monkeypatch.setattr(wheelhouse, "pack_mnist", _fake_mnist)
+    return calls
+
+
+def _helpers_wheel(out: Path) -> Path:
+    path = out / "pytorch_on_the_gpu_helpers-0.1.0-py3-none-any.whl"
+    path.write_bytes(b"h" * 110_000)
+    return path
+
+
+def _fake_mnist(raw, out: Path) -> Path:
+    path = out / wheelhouse.MNIST_NAME
+    path.write_bytes(b"m" * MNIST_XZ_BYTES)
+    return path
+
+
+def test_the_server_wheelhouse_holds_only_what_the_server_lacks_within_35_mb(
+        monkeypatch, tmp_path):
+    calls = fake_index(monkeypatch, RESOLVED_FOR_THE_SERVER)
+    assert wheelhouse.main(["--out", str(tmp_path), "--python", "3.12"]) == 0
+    resolve = calls[0]
+    asked = [a.split("==")[0] for a in resolve if "==" in a]
+    assert asked == list(wheelhouse.SERVER_PACKAGES)
+    names = {wheelhouse.wheel_name(p)[0] for p in tmp_path.glob("*.whl")}
+    # the notebook runner, the kernel, the widgets and torchkeras, with what they need
+    for needed in ("nbmake", "nbclient", "nbformat", "ipykernel", "ipywidgets", "torchkeras",
+                   "jupyter-client", "pyzmq", "tornado", "ipython"):
+        assert needed in names, needed
+    # nothing the H200 image has: not its torch stack, not pytest, packaging or attrs
+    assert not names & wheelhouse.SERVER_IMAGE_HAS
+    for image_has in ("torch", "numpy", "pandas", "matplotlib", "accelerate", "lightning",
+                      "torchmetrics", "pytest", "packaging", "psutil", "pygments"):
+        assert image_has not in names, image_has
+    manifest = json.loads((tmp_path / wheelhouse.MANIFEST).read_text())
+    assert manifest["kind"] == "server" and "H200" in manifest["server_has"]
+    size = wheelhouse.megabytes(tmp_path)
+    assert size <= wheelhouse.MAX_MB == 35 and manifest["megabytes"] == round(size, 1)
+    assert (tmp_path / wheelhouse.MNIST_NAME).exists()
+
+
+def test_a_server_wheelhouse_over_its_limit_is_refused_naming_the_largest_files(
+        monkeypatch, tmp_path):
+    fake_index(monkeypatch, {**RESOLVED_FOR_THE_SERVER, "nbmake": ("1.5.5", 12_000_000)})
+    with pytest.raises(SystemExit, match=r"over its 35 MB.*nbmake-1\.5\.5"):
+        wheelhouse.main(["--out", str(tmp_path), "--python", "3.12"])
+
+
+def test_another_servers_listing_decides_what_is_left_out(monkeypatch, tmp_path):
+    listing = tmp_path / "server.txt"
+    listing.write_text("# pip list --format=freeze\ntorch==2.11.0\nJupyter_Client==8.9\n"
+                       "tornado==6.5\n")
+    fake_index(monkeypatch, RESOLVED_FOR_THE_SERVER)
+    out = tmp_path / "w"
+    wheelhouse.main(["--out", str(out), "--server-has", str(listing), "--max-mb", "100"])
+    names = {wheelhouse.wheel_name(p)[0] for p in out.glob("*.whl")}
+    assert "jupyter-client" not in names and "tornado" not in names
+    assert "pytest" in names and "packaging" in names  # this server lacks them
+    with pytest.raises(SystemExit, match="lists no package"):
+        empty = tmp_path / "empty.txt"
+        empty.write_text("# nothing\n")
+        wheelhouse.main(["--out", str(out), "--server-has", str(empty)])
+
+
+def test_the_full_wheelhouse_for_a_bare_server_has_no_limit_and_leaves_nothing_out(
+        monkeypatch, tmp_path):
+    resolved = {**RESOLVED_FOR_THE_SERVER, "numpy": ("2.4.6", 40_000_000)}
+    calls = fake_index(monkeypatch, resolved)
+    assert wheelhouse.main(["--out", str(tmp_path), "--full"]) == 0
+    assert [a.split("==")[0] for a in calls[0] if "==" in a][:3] == ["nbclient", "nbformat",
+                                                                     "ipykernel"]
+    names = {wheelhouse.wheel_name(p)[0] for p in tmp_path.glob("*.whl")}
+    assert {"numpy", "pytest", "packaging"} <= names
+    assert json.loads((tmp_path / wheelhouse.MANIFEST).read_text())["kind"] == "full"
+
+
+def test_wheels_of_an_earlier_build_are_removed(monkeypatch, tmp_path):
+    (tmp_path / "numpy-2.4.6-cp312-cp312-manylinux_2_28_x86_64.whl").write_bytes(b"old")
+    keep = tmp_path / "notes.txt"
+    keep.write_text("mine")
+    fake_index(monkeypatch, RESOLVED_FOR_THE_SERVER)
+    wheelhouse.main(["--out", str(tmp_path)])
+    assert not list(tmp_path.glob("numpy-*")) and keep.read_text() == "mine"
+
+
+def test_mnist_is_packed_with_xz_and_the_report_reads_it(tmp_path):
+    import tarfile
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"):
+        (raw / name).write_bytes(bytes(1000))
+    archive = wheelhouse.pack_mnist(raw, tmp_path)
+    assert archive.name == wheelhouse.MNIST_NAME == "mnist-raw.tar.xz"
+    with tarfile.open(archive) as tar:  # what gpu_report.unpack_mnist opens
+        assert sorted(tar.getnames()) == ["MNIST/raw/train-images-idx3-ubyte",
+                                          "MNIST/raw/train-labels-idx1-ubyte"]
+    from tools import gpu_report
+
+    assert wheelhouse.MNIST_NAME in gpu_report.MNIST_ARCHIVES
