@@ -2,13 +2,21 @@
 
 Introduced in chapter 3 (timing plots) and chapter 5 (history and prediction grids).
 Every function returns the matplotlib ``Figure`` so a notebook can tweak or save it.
+
+Every figure a notebook shows carries alt text that says what it shows: imported in a Jupyter
+kernel, this module makes the kernel's PNG output of a figure carry ``alt`` in its output
+metadata (:func:`describe_figure` writes it from the figure's titles, axis labels, legend and
+bars, unless :func:`set_alt` or :func:`show_figure` gave one), and the book's Sphinx extension
+(``_ext/figure_alt.py``) puts it on the page's ``<img>``.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import weakref
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -16,7 +24,8 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["plot_history", "plot_speedups", "plot_sweep", "plot_timings", "readable", "show_images"]
+__all__ = ["describe_figure", "install_alt_text", "plot_history", "plot_speedups", "plot_sweep",
+           "plot_timings", "readable", "set_alt", "show_figure", "show_images"]
 
 
 def readable(value: float) -> str:
@@ -170,3 +179,150 @@ def show_images(images: torch.Tensor, titles: Sequence[str] | None = None, ncols
                 ax.set_title(titles[i], fontsize=9, color=colors[i] if colors else "black")
     fig.tight_layout()
     return fig
+
+
+# -- alt text ----------------------------------------------------------------------------------
+
+#: Alt text given explicitly, per figure (a figure has no attribute of its own for it).
+_ALT: weakref.WeakKeyDictionary[Figure, str] = weakref.WeakKeyDictionary()
+_MAX_LABELS = 8
+
+
+def _listed(items: Sequence[str]) -> str:
+    items = [i for i in items if i]
+    if len(items) > _MAX_LABELS:
+        return ", ".join(items[:_MAX_LABELS]) + f" and {len(items) - _MAX_LABELS} more"
+    return ", ".join(items)
+
+
+def _describe_axes(ax: Any) -> str:
+    title = ax.get_title()
+    if ax.get_images():
+        return f"image titled {title}" if title else "image"
+    bars = [p for c in ax.containers for p in c.patches] if ax.containers else []
+    xlabel, ylabel = ax.get_xlabel(), ax.get_ylabel()
+    if bars:
+        horizontal = getattr(ax.containers[0], "orientation", None) == "horizontal"
+        names = [t.get_text() for t in (ax.get_yticklabels() if horizontal
+                                        else ax.get_xticklabels())]
+        values = [b.get_width() if horizontal else b.get_height() for b in bars]
+        if len(names) == len(values):
+            names = [f"{n} {readable(float(v))}" for n, v in zip(names, values, strict=True)]
+        what = xlabel if horizontal else ylabel
+        text = f"bars of {what or 'values'}: {_listed(names)}"
+    else:
+        lines = ax.get_lines()
+        _, labels = ax.get_legend_handles_labels()
+        text = f"{ylabel or 'values'} against {xlabel or 'position'}"
+        if labels:
+            text += f", one line each for {_listed(labels)}"
+        elif len(lines) > 1:
+            text += f", {len(lines)} lines"
+    return f"{title}: {text}" if title else text
+
+
+def describe_figure(fig: Figure) -> str:
+    """Alt text for ``fig`` from what it draws: its title, each panel's title, axis labels,
+    legend entries or bar labels, and how many images a grid holds (chapter 3).
+
+    ``"MNIST on cpu. Two panels: loss against epoch, one line each for train, val; acc
+    against epoch, ..."``. Give your own with :func:`set_alt` where these say too little.
+    """
+    if not isinstance(fig, Figure):
+        raise TypeError(f"describe_figure takes a matplotlib Figure, got {type(fig).__name__}")
+    suptitle = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else ""
+    axes = [ax for ax in fig.axes if ax.get_visible() and (ax.axison or ax.get_images())]
+    images = [ax for ax in axes if ax.get_images()]
+    parts = [suptitle] if suptitle else []
+    if images and len(images) == len(axes) and len(images) > 1:
+        titles = [ax.get_title() for ax in images]
+        grid = f"A grid of {len(images)} images"
+        parts.append(f"{grid}, titled {_listed(titles)}" if any(titles) else grid)
+    elif len(axes) == 1:
+        parts.append(_describe_axes(axes[0]))
+    elif axes:
+        parts.append(f"{len(axes)} panels: " + "; ".join(_describe_axes(ax) for ax in axes))
+    text = ". ".join(p.rstrip(".") for p in parts if p)
+    return (text or "An empty figure") + "."
+
+
+def set_alt(fig: Figure, alt: str) -> Figure:
+    """Give ``fig`` the alt text ``alt`` (a sentence saying what it shows) for when it is
+    displayed, instead of the one :func:`describe_figure` writes; returns the figure
+    (chapter 3)."""
+    if not isinstance(fig, Figure):
+        raise TypeError(f"set_alt takes a matplotlib Figure, got {type(fig).__name__}")
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError(f"alt must be a sentence saying what the figure shows, not {alt!r}")
+    _ALT[fig] = alt.strip()
+    return fig
+
+
+def figure_alt(fig: Figure) -> str:
+    """The alt text ``fig`` is shown with: the one :func:`set_alt` gave, else
+    :func:`describe_figure`'s (chapter 3)."""
+    return _ALT.get(fig) or describe_figure(fig)
+
+
+def install_alt_text(shell: Any = None) -> bool:
+    """Make the Jupyter kernel's PNG output of every matplotlib figure carry its alt text in
+    the output's metadata (``{"image/png": {"alt": ...}}``); ``plt.show()`` and a figure left
+    at the end of a cell both go through it (chapter 3). Done when this module is imported in
+    a kernel; returns False outside IPython."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:  # pragma: no cover - the book's environments have IPython
+            return False
+        shell = get_ipython()
+    if shell is None:
+        return False
+    formatters = shell.display_formatter.formatters
+    png = formatters["image/png"]
+    if isinstance(png, _alt_formatter_class()):
+        return True
+    wrapped = _alt_formatter_class()(parent=shell.display_formatter)
+    for name in ("type_printers", "deferred_printers", "singleton_printers"):
+        getattr(wrapped, name).update(getattr(png, name))
+    wrapped.enabled = png.enabled
+    formatters["image/png"] = wrapped
+    return True
+
+
+_FORMATTER: list[type] = []
+
+
+def _alt_formatter_class() -> type:
+    if not _FORMATTER:
+        from IPython.core.formatters import PNGFormatter
+
+        class AltTextPNGFormatter(PNGFormatter):
+            """IPython's PNG formatter, adding a figure's alt text to the output metadata."""
+
+            def __call__(self, obj: Any) -> Any:
+                result = super().__call__(obj)
+                if result is None or not isinstance(obj, Figure):
+                    return result
+                data, metadata = result if isinstance(result, tuple) else (result, None)
+                return data, {**(metadata or {}), "alt": figure_alt(obj)}
+
+        _FORMATTER.append(AltTextPNGFormatter)
+    return _FORMATTER[0]
+
+
+def show_figure(fig: Figure, alt: str | None = None) -> None:
+    """Show ``fig`` with alt text (``alt``, else :func:`describe_figure`'s) and close it
+    (chapter 3). In a notebook the PNG output carries the alt text; elsewhere it is
+    ``plt.show()``."""
+    if alt is not None:
+        set_alt(fig, alt)
+    if install_alt_text():
+        from IPython.display import display
+
+        display(fig)
+        plt.close(fig)
+    else:
+        plt.show()
+
+
+install_alt_text()
