@@ -27,6 +27,15 @@ committed machine; otherwise the CPU outputs, saying so:
     python tools/gpu_report.py stage --executed _executed/chapters --out _build/pages/chapters
 
 It runs with whatever torch the machine has, at or above the book's minimum, and records it.
+
+In lanes: the benchmark, then every chapter whose outputs or claims are timings
+(:data:`RUN_ALONE`), each alone on the machine; then the chapters that measure no time,
+``--workers`` at a time, beside the unit tests (``--tests``, their own part, on
+``--test-workers``). Each page's stamp says whether it ran alone or beside others.
+``--archive FILE`` packs everything the run wrote into one file (at most 16 MiB), for a
+machine one cannot keep; on the machine one keeps, in the book's folder:
+
+    python tools/gpu_report.py unpack FILE   # then commit results/
 """
 
 from __future__ import annotations
@@ -42,7 +51,10 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -194,17 +206,38 @@ def check_torch() -> str:
     return version
 
 
+def run_logged(command: list[str], env: dict[str, str], log: Path, echo: bool) -> int:
+    """Run ``command`` in the checkout with its output in ``log`` (and here, if ``echo``)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as f:
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        for line in proc.stdout:
+            f.write(line)
+            if echo:
+                print(line, end="", flush=True)
+        return proc.wait()
+
+
+def _last_line(log: Path) -> str:
+    lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
 def stamp_text(run: dict[str, Any]) -> str:
     """The note under a recorded page's title."""
     from helpers.results import software_versions
 
     versions = software_versions(run)
     commit = run.get("book_commit") or "unknown"
+    # Pages recorded before the report had lanes say nothing about it.
+    lane = {None: "", "alone": " It ran alone on the machine."}.get(
+        run.get("ran"), f" It measures no time and ran {run.get('ran')}.")
     return ("```{note}\n"
             f"The outputs on this page come from a run on **{run['machine_label']}** "
             f"(`{run['device']}`; {', '.join(versions)}), recorded {run['date'][:10]} from the "
-            f"book's commit `{commit[:10]}`. CI also runs this page on a CPU-only machine.\n"
-            "```")
+            f"book's commit `{commit[:10]}`.{lane} CI also runs this page on a CPU-only "
+            "machine.\n```")
 
 
 def stamp_page(nb, chapter, run: dict[str, Any]):
@@ -236,6 +269,31 @@ def execute(path: Path, timeout: int) -> tuple[bool, str]:
 
 #: The chapters whose lessons need a GPU most run first, so a short time on one records them.
 FIRST = ("03_matmul", "05_mnist", "11_cuda_semantics", "12_performance", "13_memory")
+#: The chapters whose outputs or claims are timings, and what they time: each runs alone on
+#: the machine, after the benchmark (which runs alone too). Work beside them would share the
+#: GPU and the CPU cores and slow what they measure. The others measure no time and run side
+#: by side (``--workers`` at a time), beside the unit tests.
+RUN_ALONE = {
+    "02_moving_tensors": "the GPU still busy when .to() returns, a copy that waits behind "
+                         "half a second of GPU work (host against GPU timing)",
+    "03_matmul": "matrix products timed on the CPU and the GPU, speed-ups claimed",
+    "04_linear_regression": "CPU and GPU training loops timed, the speed-up and the cost of "
+                            ".item() claimed",
+    "05_mnist": "epochs timed, speed-ups claimed",
+    "06_image_folder": "loader throughput with worker processes (the CPU cores) claimed",
+    "10_trainers": "the trainers' seconds per epoch (table, figure)",
+    "11_cuda_semantics": "when calls return, stream overlap, graph replay, fusion: all timed",
+    "12_performance": "each recipe timed, speed-ups claimed",
+    "13_memory": "checkpointing claimed to make a step slower (timed)",
+}
+#: Alone only on a machine of this many GPUs: chapter 7's two-GPU cell prints a DDP run's
+#: seconds; on one GPU that cell does not run and the chapter measures no time.
+RUN_ALONE_FROM_GPUS = {"07_data_parallel": 2}
+
+
+def runs_alone(stem: str, gpu_count: int) -> bool:
+    """Whether a chapter measures time on a machine of ``gpu_count`` GPUs (:data:`RUN_ALONE`)."""
+    return stem in RUN_ALONE or gpu_count >= RUN_ALONE_FROM_GPUS.get(stem, 10**6)
 
 
 def chosen_chapters(spec: str) -> list[Path]:
@@ -337,21 +395,17 @@ def record(args: argparse.Namespace) -> int:
     bench += ["--out", str(out)]
     env = {**os.environ, "BOOK_COMMIT": commit, "BOOK_STRICT": "1"}
     bench_rc = 0
+    clock: dict[str, float] = {}
+    wrote: list[Path] = []  # what this run wrote, for --archive
     if args.no_bench:
         summary["benchmark"] = {"skipped": "--no-bench"}
     else:
         print("Benchmark: " + " ".join(bench[1:]), flush=True)
-        bench_rc = subprocess.run(bench, cwd=ROOT, env=env).returncode
+        tic = time.monotonic()
+        bench_rc = run_logged(bench, env, args.work / "bench.log", echo=True)
+        clock["benchmark"] = time.monotonic() - tic
         summary["benchmark"] = {"command": bench[1:], "returncode": bench_rc}
-    tests_rc = 0
-    if args.tests:
-        # The unit tests, GPU branches included (they skip without a GPU), with a report file.
-        command = [sys.executable, "-m", "pytest", "-q", "-m", "not book", "-rs",
-                   f"--junitxml={args.work / 'tests.xml'}", "tests/library", "tests/benchmark",
-                   "tests/book/test_troubleshooting_gpu.py"]
-        print("Tests: " + " ".join(command[1:]), flush=True)
-        tests_rc = subprocess.run(command, cwd=ROOT, env=env).returncode
-        summary["tests"] = {"command": command[1:], "returncode": tests_rc}
+        wrote += [args.work / "bench.log", out / f"{slug}.json"]  # pack skips what is not
     os.environ["BOOK_STRICT"] = "1"  # the chapters' timing claims are strict here
     if args.no_chapters:
         chosen = []
@@ -371,10 +425,13 @@ def record(args: argparse.Namespace) -> int:
     # on sys.path: use_checkout).
     from tools.notebook import output_problems, trim_errors
     not_run: list[str] = []
-    for source in chosen:
+    lock = threading.Lock()
+
+    def record_chapter(source: Path, ran: dict[str, Any]) -> None:
         if out_of_time():
-            not_run.append(source.stem)
-            continue
+            with lock:
+                not_run.append(source.stem)
+            return
         (pages / source.name).unlink(missing_ok=True)
         target = work / source.name
         shutil.copy(source, target)
@@ -389,21 +446,74 @@ def record(args: argparse.Namespace) -> int:
             problems = output_problems(nb)
             if problems:
                 ok, error = False, "; ".join(problems)
-        summary["chapters"][source.stem] = {"ok": ok, "seconds": seconds, "error": error}
-        print(f"  {source.stem}: {'passed' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
-        if not ok:
-            for line in problems or ([error.strip().splitlines()[-1]] if error.strip() else []):
+        if ok:
+            page = stamp_page(nb, nbformat.read(source, as_version=4), {**run, **ran})
+            pages.mkdir(parents=True, exist_ok=True)
+            nbformat.write(page, pages / source.name)
+        with lock:
+            wrote.append(target)
+            if ok:
+                wrote.append(pages / source.name)
+            summary["chapters"][source.stem] = {"ok": ok, "seconds": seconds, "error": error,
+                                                **ran}
+            print(f"  {source.stem}: {'passed' if ok else 'FAILED'} in {seconds:.0f} s"
+                  f" ({ran['ran']})", flush=True)
+            for line in [] if ok else problems or (
+                    [error.strip().splitlines()[-1]] if error.strip() else []):
                 print("    " + line, flush=True)
-            continue
-        page = stamp_page(nb, nbformat.read(source, as_version=4), run)
-        pages.mkdir(parents=True, exist_ok=True)
-        nbformat.write(page, pages / source.name)
+            # Rewritten after every chapter: a run cut short still says what it did.
+            (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
 
-        # The summary is rewritten after every chapter: a run cut short still says what it did.
-        (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
+    # The lanes. First, alone on the machine (after the benchmark): the chapters that time
+    # something. Then side by side: the chapters that measure no time, --workers at a time,
+    # beside the unit tests (their own part, with --test-workers).
+    alone = [c for c in chosen if runs_alone(c.stem, run["gpu_count"])]
+    beside = [c for c in chosen if c not in alone]
+    tic = time.monotonic()
+    for source in alone:
+        record_chapter(source, {"ran": "alone"})
+    clock["chapters alone"] = time.monotonic() - tic
+    tic = time.monotonic()
+    tests = None
+    if args.tests:
+        # The unit tests, GPU branches included (they skip without a GPU), with a report file.
+        command = [sys.executable, "-m", "pytest", "-q", "-m", "not book", "-rs",
+                   f"--junitxml={args.work / 'tests.xml'}", "-p", "no:cacheprovider"]
+        if args.test_workers > 1:
+            command += ["-n", str(args.test_workers)]
+        command += ["tests/library", "tests/benchmark", "tests/book/test_troubleshooting_gpu.py"]
+        print("Tests: " + " ".join(command[1:]) + f" (log: {args.work / 'tests.log'})",
+              flush=True)
+        tests = threading.Thread(target=lambda: summary.setdefault("tests", {
+            "command": command[1:], "returncode": run_logged(
+                command, env, args.work / "tests.log", echo=not beside),
+            "seconds": round(time.monotonic() - tic, 1)}))
+        tests.start()
+        wrote += [args.work / "tests.log", args.work / "tests.xml"]
+    workers = max(1, min(args.workers, len(beside)))
+    others = ([f"other chapters ({workers} at a time)"] if workers > 1 else []) + (
+        ["the unit tests"] if tests else [])
+    ran = {"ran": "beside " + " and ".join(others)} if others else {"ran": "alone"}
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(lambda source: record_chapter(source, ran), beside))
+    clock["chapters side by side"] = time.monotonic() - tic
+    if tests is not None:
+        tests.join()
+        clock["tests"] = summary["tests"]["seconds"]
+        print(f"  tests: exit status {summary['tests']['returncode']} in "
+              f"{clock['tests']:.0f} s; {_last_line(args.work / 'tests.log')}", flush=True)
+    tests_rc = summary.get("tests", {}).get("returncode", 0)
+    clock["total"] = time.monotonic() - started
+    summary["parts_seconds"] = {k: round(v, 1) for k, v in clock.items()}
+    print("Parts: " + ", ".join(f"{k} {v:.0f} s" for k, v in clock.items()), flush=True)
 
     summary["not_run"] = not_run
     (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if args.archive:
+        wrote.append(args.work / "report.json")
+        size = pack(args.archive, wrote, results, args.work)
+        print(f"Archive: {args.archive} ({size / 2**20:.1f} MiB): on the machine you keep, "
+              f"`python tools/gpu_report.py unpack {args.archive.name}` in the book's folder")
     if not_run:
         print(f"Out of time (--budget {args.budget:g} s): not run: {', '.join(not_run)}. "
               "Run again with --resume --no-bench to record them.", file=sys.stderr)
@@ -422,6 +532,150 @@ def record(args: argparse.Namespace) -> int:
     else:
         print(f"Done. Commit results/{slug}.json and results/pages/{slug}/ (never edit them).")
     return 0
+
+
+# One archive back ----------------------------------------------------------------------------
+
+#: An archive of a run comes back from a machine one cannot keep as one file of at most this.
+ARCHIVE_LIMIT = 16 * 2**20
+#: What an archive may unpack to, relative to the checkout: result files, recorded pages and
+#: the report's work folder (executed notebooks, summary, test report, logs).
+ARCHIVE_PLACES = ("results/<machine>.json", "results/pages/<machine>/<chapter>.ipynb",
+                  "_build/gpu-report/...")
+
+
+def _a_report_place(name: str) -> bool:
+    parts = name.split("/")
+    if parts[0] == "results":
+        return (len(parts) == 2 and parts[1].endswith(".json")) or (
+            len(parts) == 4 and parts[1] == "pages" and parts[3].endswith(".ipynb"))
+    return parts[:2] == ["_build", "gpu-report"] and len(parts) > 2
+#: Never more than this unpacked (a small archive can expand enormously).
+UNPACKED_LIMIT = 512 * 2**20
+
+
+def archive_name(path: Path, results: Path, work: Path) -> str:
+    """Where ``path`` (written under ``results`` or ``work``) goes in a checkout."""
+    for base, place in ((work, "_build/gpu-report"), (results, "results")):
+        try:
+            return f"{place}/{path.resolve().relative_to(base.resolve()).as_posix()}"
+        except ValueError:
+            continue
+    raise ValueError(f"{path} is neither under {results} nor under {work}")
+
+
+def pack(archive: Path, files: list[Path], results: Path, work: Path,
+         limit: int = ARCHIVE_LIMIT) -> int:
+    """Write ``files`` into ``archive`` (tar, xz) under their places in a checkout; returns
+    its size. Each recorded page sits beside its executed notebook, so xz stores the two
+    nearly equal copies about once. Refuses (leaving no archive) above ``limit`` bytes."""
+    names = {archive_name(f, results, work): f for f in files if f.is_file()}
+    order = sorted(names, key=lambda n: (Path(n).name, n))
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    partial = archive.with_name(archive.name + ".partial")
+    with tarfile.open(partial, "w:xz") as tar:
+        for name in order:
+            info = tar.gettarinfo(names[name], arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(names[name], "rb") as f:
+                tar.addfile(info, f)
+    size = partial.stat().st_size
+    if size > limit:
+        partial.unlink()
+        biggest = sorted(names, key=lambda n: names[n].stat().st_size, reverse=True)[:5]
+        raise SystemExit(f"the archive would be {size / 2**20:.1f} MiB, over its "
+                         f"{limit / 2**20:g} MiB: the largest files are " + ", ".join(
+                             f"{n} ({names[n].stat().st_size / 2**20:.1f} MiB)" for n in biggest))
+    partial.replace(archive)
+    return size
+
+
+def _written_by_a_report(path: Path, name: str) -> bool:
+    """Whether an existing file of the checkout is one a report writes (and may replace)."""
+    if name.startswith("_build/gpu-report/"):
+        return True
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if name.endswith(".ipynb"):
+        return "recorded_run" in doc.get("metadata", {}).get("book", {})
+    return isinstance(doc, dict) and {"schema_version", "machine", "figures"} <= doc.keys()
+
+
+def _archive_problems(members: list[tarfile.TarInfo], root: Path) -> list[str]:
+    problems, total = [], 0
+    for m in members:
+        name = m.name
+        parts = Path(name).parts
+        if m.isdir():
+            continue
+        if not m.isfile():
+            problems.append(f"{name}: not a plain file")
+        elif name.startswith("/") or ".." in parts or not parts:
+            problems.append(f"{name}: outside the checkout")
+        elif not _a_report_place(name):
+            problems.append(f"{name}: not a place a report writes "
+                            f"({', '.join(ARCHIVE_PLACES)})")
+        elif not (root / name).resolve().is_relative_to(root.resolve()):
+            problems.append(f"{name}: outside the checkout")
+        elif (root / name).exists() and not _written_by_a_report(root / name, name):
+            problems.append(f"{name}: would overwrite a file no report wrote")
+        total += max(m.size, 0)
+    if total > UNPACKED_LIMIT:
+        problems.append(f"{total / 2**20:.0f} MiB unpacked, over {UNPACKED_LIMIT / 2**20:g} MiB")
+    return problems
+
+
+def unpack(archive: Path, root: Path = ROOT, limit: int = ARCHIVE_LIMIT) -> list[str]:
+    """Put a run's archive into the checkout ``root``, all of it or (on any problem) nothing:
+    every member is checked first, then unpacked beside the checkout's files and moved into
+    place, the files it replaces kept until every move has succeeded."""
+    size = archive.stat().st_size
+    if size > limit:
+        raise SystemExit(f"{archive} is {size / 2**20:.1f} MiB, over the {limit / 2**20:g} MiB "
+                         "an archive of a run may have: nothing unpacked")
+    try:
+        with tarfile.open(archive) as tar:
+            members = tar.getmembers()
+            problems = _archive_problems(members, root)
+            if problems:
+                raise SystemExit(f"{archive} cannot be unpacked (nothing was): "
+                                 + "; ".join(problems))
+            files = [m for m in members if m.isfile()]
+            (root / "_build").mkdir(exist_ok=True)
+            staging = Path(tempfile.mkdtemp(prefix="unpack-", dir=root / "_build"))
+            try:
+                tar.extractall(staging / "new", members=files, filter="data")
+                _move_into_place([m.name for m in files], staging, root)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise SystemExit(f"{archive} cannot be unpacked (nothing was): "
+                         f"{type(exc).__name__}: {exc}") from None
+    return [m.name for m in files]
+
+
+def _move_into_place(names: list[str], staging: Path, root: Path) -> None:
+    done: list[tuple[Path, Path | None]] = []
+    try:
+        for i, name in enumerate(names):
+            target = root / name
+            backup = None
+            if target.exists():
+                backup = staging / "old" / str(i)
+                backup.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(target, backup)
+            done.append((target, backup))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(staging / "new" / name, target)
+    except BaseException:
+        for target, backup in reversed(done):
+            target.unlink(missing_ok=True)
+            if backup is not None:
+                shutil.move(backup, target)
+        raise
 
 
 # Staging the book's pages ------------------------------------------------------------------
@@ -596,13 +850,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-chapters", action="store_true",
                         help="skip the chapters (a part of the report: the benchmark only)")
     parser.add_argument("--tests", action="store_true",
-                        help="also run the unit tests, GPU branches included, after the benchmark")
+                        help="also run the unit tests, GPU branches included (a part of their "
+                             "own, beside the chapters that measure no time)")
     parser.add_argument("--resume", action="store_true",
                         help="skip the chapters already recorded on this machine for their "
                              "current code, and keep their pages")
     parser.add_argument("--budget", type=float, metavar="SECONDS",
                         help="start no chapter after this many seconds: each part of a short "
                              "time on a GPU leaves what it recorded, and --resume completes it")
+    cores = os.cpu_count() or 1
+    parser.add_argument("--workers", type=int, default=max(1, min(4, cores // 4)),
+                        help="chapters that measure no time run this many at a time (default: "
+                             "a quarter of the cores, at most 4); those that time something "
+                             "always run alone")
+    parser.add_argument("--test-workers", type=int, default=max(1, min(8, cores // 2)),
+                        help="pytest-xdist workers for --tests (default: half the cores, at "
+                             "most 8; 1 for none)")
+    parser.add_argument("--archive", type=Path, metavar="FILE",
+                        help="pack everything this run wrote (result file, pages, executed "
+                             "notebooks, test report, logs) into FILE (tar.xz, at most 16 MiB)"
+                             "; `unpack FILE` puts it into a checkout")
+    u = sub.add_parser("unpack", help="put a run's --archive into this checkout, for committing")
+    u.add_argument("archive", type=Path)
     s = sub.add_parser("stage", help="choose the outputs each page of the book shows")
     s.add_argument("--executed", type=Path, required=True, help="the CPU-executed chapters")
     s.add_argument("--out", type=Path, required=True, help="where the book's pages go")
@@ -612,6 +881,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.cmd == "stage":
         return stage(args)
+    if args.cmd == "unpack":
+        names = unpack(args.archive)
+        print(f"Unpacked {len(names)} file(s) from {args.archive} into {ROOT}: commit "
+              "results/ (the result file and the pages); _build/gpu-report/ holds the rest")
+        return 0
+    if args.workers < 1 or args.test_workers < 1:
+        raise SystemExit("--workers and --test-workers must be at least 1")
     return record(args)
 
 

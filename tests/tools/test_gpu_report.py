@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 from pathlib import Path
 
 import nbformat
@@ -454,3 +456,228 @@ def test_the_installed_versions_are_read_by_normalised_name():
     import nbformat as nbf
 
     assert found["nbformat"] == nbf.__version__ and "typing-extensions" in found
+
+
+# The lanes ---------------------------------------------------------------------------------
+
+TIMING = re.compile(r"perf_counter|helpers\.timing|\bbenchmark\(|\btimed\(|Timer\(|expect\(")
+
+
+def test_every_chapter_that_times_something_runs_alone_and_the_table_names_real_chapters():
+    stems = {p.stem for p in report.chosen_chapters("")}
+    assert set(report.RUN_ALONE) <= stems and set(report.RUN_ALONE_FROM_GPUS) <= stems
+    for stem in sorted(stems):
+        nb = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code"
+                         and not c.source.startswith("%%gpu_only --gpus"))
+        if TIMING.search(code):
+            assert report.runs_alone(stem, 1), f"{stem} times something: add it to RUN_ALONE"
+    side_by_side = sorted(s for s in stems if not report.runs_alone(s, 1))
+    assert side_by_side == ["01_devices", "07_data_parallel", "08_device_pitfalls"]
+    assert report.runs_alone("07_data_parallel", 2)  # its two-GPU cell prints seconds
+
+
+@pytest.fixture
+def lanes(in_process, monkeypatch, tmp_path):
+    """The report with executing stubbed: each chapter 'runs' 0.3 s; when each ran is kept."""
+    import threading
+    import time
+
+    import torch
+
+    monkeypatch.setattr("helpers.devices.best_device", lambda override=None: torch.device("cpu"))
+    monkeypatch.setenv("BOOK_COMMIT", COMMIT)
+    spans: dict[str, tuple[float, float]] = {}
+    lock = threading.Lock()
+
+    def fake_execute(path: Path, timeout: int):
+        start = time.monotonic()
+        time.sleep(0.3)
+        with lock:
+            spans[path.stem] = (start, time.monotonic())
+        return True, ""
+
+    monkeypatch.setattr(report, "execute", fake_execute)
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    stems = ["01_devices", "03_matmul", "05_mnist", "07_data_parallel", "08_device_pitfalls"]
+    for stem in stems:
+        nbformat.write(nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_markdown_cell(f"# {stem}"), nbformat.v4.new_code_cell("x = 1")]),
+            chapters / f"{stem}.ipynb")
+    monkeypatch.setattr(report, "CHAPTERS", chapters)
+    return {"spans": spans, "stems": stems, "tmp": tmp_path,
+            "args": ["--allow-cpu", "--no-bench", "--work", str(tmp_path / "w"), "--results",
+                     str(tmp_path / "r"), "--chapters", ",".join(stems)]}
+
+
+def test_chapters_that_time_something_run_alone_and_the_others_side_by_side(lanes):
+    assert report.main([*lanes["args"], "--workers", "3"]) == 0
+    spans = lanes["spans"]
+    alone, beside = ["03_matmul", "05_mnist"], ["01_devices", "07_data_parallel",
+                                                "08_device_pitfalls"]
+    for stem in alone:  # nothing else runs while a timing chapter does
+        start, end = spans[stem]
+        assert all(spans[o][1] <= start or spans[o][0] >= end for o in spans if o != stem)
+    assert max(spans[s][0] for s in beside) < min(spans[s][1] for s in beside), "overlapped"
+    pages = lanes["tmp"] / "r" / "pages"
+    for stem in lanes["stems"]:
+        (page,) = pages.glob(f"*/{stem}.ipynb")
+        nb = nbformat.read(page, as_version=4)
+        ran = nb.metadata["book"]["recorded_run"]["ran"]
+        stamp = nb.cells[1].source
+        if stem in alone:
+            assert ran == "alone" and "It ran alone on the machine." in stamp
+        else:
+            assert ran == "beside other chapters (3 at a time)"
+            assert "It measures no time and ran beside other chapters (3 at a time)." in stamp
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    assert summary["chapters"]["01_devices"]["ran"].startswith("beside")
+    parts = summary["parts_seconds"]
+    assert parts["chapters alone"] >= 0.6 and parts["chapters side by side"] < 0.9
+    assert parts["total"] >= parts["chapters alone"] + parts["chapters side by side"] - 0.1
+
+
+def test_with_one_worker_and_no_tests_every_chapter_runs_alone(lanes):
+    assert report.main([*lanes["args"], "--workers", "1"]) == 0
+    pages = sorted((lanes["tmp"] / "r" / "pages").glob("*/*.ipynb"))
+    assert len(pages) == 5
+    for page in pages:
+        assert nbformat.read(page, as_version=4).metadata["book"]["recorded_run"]["ran"] == "alone"
+    spans = sorted(lanes["spans"].values())
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def test_a_page_recorded_before_the_lanes_says_nothing_about_them():
+    run = {"machine_label": "NVIDIA H200 x1", "device": "cuda:0", "date": "2026-11-28T06",
+           "book_commit": COMMIT, "torch": "2.11.0", "cuda": "13.0", "driver": "580"}
+    assert "It ran" not in report.stamp_text(run) and "measures no time" not in \
+        report.stamp_text(run)
+
+
+# One archive back --------------------------------------------------------------------------
+
+def test_the_archive_holds_what_the_run_wrote_and_unpacks_into_a_checkout(lanes):
+    archive = lanes["tmp"] / "out" / "run.tar.xz"
+    assert report.main([*lanes["args"], "--workers", "2", "--archive", str(archive)]) == 0
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    slug = next((lanes["tmp"] / "r" / "pages").iterdir()).name
+    for stem in lanes["stems"]:
+        assert f"results/pages/{slug}/{stem}.ipynb" in names
+        assert f"_build/gpu-report/chapters/{stem}.ipynb" in names
+    assert "_build/gpu-report/report.json" in names
+    assert archive.stat().st_size < report.ARCHIVE_LIMIT
+    # into a checkout: the same files, byte for byte
+    root = lanes["tmp"] / "checkout"
+    (root / "results" / "pages").mkdir(parents=True)
+    unpacked = report.unpack(archive, root)
+    assert sorted(unpacked) == sorted(names)
+    page = f"results/pages/{slug}/01_devices.ipynb"
+    assert (root / page).read_bytes() == (lanes["tmp"] / "r" / "pages" / slug /
+                                          "01_devices.ipynb").read_bytes()
+    # again: it replaces what a report wrote
+    assert sorted(report.unpack(archive, root)) == sorted(names)
+    assert not list((root / "_build").glob("unpack-*")), "no staging folder left"
+
+
+def _tar(path: Path, members: dict[str, bytes], link: str | None = None) -> Path:
+    import io
+
+    with tarfile.open(path, "w:xz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if link:
+            info = tarfile.TarInfo(link)
+            info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+            tar.addfile(info)
+    return path
+
+
+def _checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "checkout"
+    (root / "results" / "pages" / "gpu-x1").mkdir(parents=True)
+    (root / "chapters").mkdir()
+    (root / "chapters" / "01_devices.ipynb").write_text("the chapter")
+    recorded = nbformat.v4.new_notebook()
+    recorded.metadata["book"] = {"recorded_run": {"slug": "gpu-x1"}}
+    nbformat.write(recorded, root / "results" / "pages" / "gpu-x1" / "03_matmul.ipynb")
+    (root / "results" / "pages" / "gpu-x1" / "05_mnist.ipynb").write_text('{"cells": []}')
+    (root / "results" / "README.md").write_text("mine")
+    return root
+
+
+PAGE = json.dumps({"cells": [], "metadata": {"book": {"recorded_run": {}}}}).encode()
+
+
+@pytest.mark.parametrize("members, link, why", [
+    ({"../outside.json": b"{}"}, None, "outside the checkout"),
+    ({"/tmp/abs.json": b"{}"}, None, "outside the checkout"),
+    ({"results/pages/gpu-x1/../../../x.json": b"{}"}, None, "outside the checkout"),
+    ({"chapters/01_devices.ipynb": PAGE}, None, "not a place a report writes"),
+    ({"results/README.md": b"x"}, None, "not a place a report writes"),
+    ({"results/a/b/c.json": b"{}"}, None, "not a place a report writes"),
+    ({"results/pages/gpu-x1/05_mnist.ipynb": PAGE}, None, "would overwrite a file no report"),
+    ({"_build/gpu-report/ok.log": b"x"}, "results/pages/gpu-x1/l.ipynb", "not a plain file"),
+], ids=["parent", "absolute", "climbs", "a-chapter", "results-readme", "deep-results",
+        "not-recorded", "symlink"])
+def test_an_archive_that_would_write_outside_a_reports_files_unpacks_nothing(
+        tmp_path, members, link, why):
+    root = _checkout(tmp_path)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    archive = _tar(tmp_path / "a.tar.xz", {"results/pages/gpu-x1/03_matmul.ipynb": PAGE,
+                                           "results/gpu-x1.json": b"{}", **members}, link)
+    with pytest.raises(SystemExit, match=why) as caught:
+        report.unpack(archive, root)
+    assert "nothing" in str(caught.value)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+
+
+def test_an_archive_over_the_limit_or_broken_unpacks_nothing(tmp_path):
+    root = _checkout(tmp_path)
+    archive = _tar(tmp_path / "a.tar.xz", {"results/gpu-x1.json": os.urandom(5000)})
+    with pytest.raises(SystemExit, match="over the .* MiB an archive of a run may have"):
+        report.unpack(archive, root, limit=1024)
+    broken = tmp_path / "b.tar.xz"
+    broken.write_bytes(archive.read_bytes()[:-100])
+    with pytest.raises(SystemExit, match="nothing was"):
+        report.unpack(broken, root)
+    assert not (root / "results" / "gpu-x1.json").exists()
+
+
+def test_a_move_that_fails_half_way_puts_everything_back(tmp_path, monkeypatch):
+    root = _checkout(tmp_path)
+    page = root / "results" / "pages" / "gpu-x1" / "03_matmul.ipynb"
+    old = page.read_bytes()
+    archive = _tar(tmp_path / "a.tar.xz", {"results/pages/gpu-x1/03_matmul.ipynb": PAGE,
+                                           "results/gpu-x1.json": b"{}",
+                                           "_build/gpu-report/tests.log": b"log"})
+    real_move, moves = shutil.move, []
+
+    def failing_move(src, dst):
+        moves.append(dst)
+        if str(dst).endswith("tests.log"):
+            raise OSError("disk full")
+        return real_move(src, dst)
+
+    monkeypatch.setattr(report.shutil, "move", failing_move)
+    with pytest.raises(SystemExit, match="disk full"):
+        report.unpack(archive, root)
+    assert page.read_bytes() == old
+    assert not (root / "results" / "gpu-x1.json").exists()
+    assert not (root / "_build" / "gpu-report").exists() or not any(
+        (root / "_build" / "gpu-report").rglob("*.log"))
+
+
+def test_an_archive_over_16_mib_is_not_written(tmp_path):
+    work, results = tmp_path / "w", tmp_path / "r"
+    work.mkdir()
+    big = work / "tests.log"
+    big.write_bytes(os.urandom(3000))
+    with pytest.raises(SystemExit, match=r"over its .* _build/gpu-report/tests.log"):
+        report.pack(tmp_path / "a.tar.xz", [big], results, work, limit=1000)
+    assert not list(tmp_path.glob("a.tar.xz*"))
+    with pytest.raises(ValueError, match="neither under"):
+        report.archive_name(tmp_path / "x", results, work)
