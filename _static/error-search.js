@@ -6,7 +6,11 @@
  * text blocks) and, when the query is one of those messages, or a part of one, or holds one
  * (a pasted traceback), lists those entries first, linked to their anchors, with their fix as
  * the result's summary. Numbers (sizes, device numbers, process ids) and words the message
- * takes from the run (a class name, a GPU name) may differ from the quote.
+ * takes from the run (a class name, a GPU name) may differ from the quote. A short query of
+ * three words or more ("CUDA out of memory") that an entry's heading holds word for word, in
+ * order, lists those entries first: the earlier in the heading, the better, then in the page's
+ * order (the general entry of a group comes first). Those entries also rank above entries
+ * whose messages merely hold the query's words.
  *
  * Jupyter Book loads every _static/*.js file on every page; this one acts on the search page
  * only. It is loaded before Sphinx's searchtools.js, so its DOMContentLoaded handler runs
@@ -19,6 +23,7 @@
 
 const ERROR_INDEX = "chapters/09_troubleshooting";
 const MIN_WORDS = 4; // a few keywords: Sphinx's own search is the right one
+const MIN_PHRASE = 3; // a phrase of this many words (stop words included) may match a heading
 
 /** Whether Sphinx's language data counts a word as a stop word (a list or, newer, a Set). */
 const isStopword = (word) => {
@@ -26,14 +31,24 @@ const isStopword = (word) => {
   return typeof stopwords.has === "function" ? stopwords.has(word) : stopwords.includes(word);
 };
 
-/** The words of a message, with numbers and sizes made alike. */
-const errorWords = (text) =>
+/** The words of a text, with numbers and sizes made alike, stop words included. */
+const allWords = (text) =>
   text
     .toLowerCase()
     .replace(/\d+(\.\d+)?\s*(bytes|[kmgt]ib)\b/g, " size ")
     .replace(/\d+/g, " 0 ")
     .split(/[^\p{L}\p{N}_]+/u)
-    .filter((word) => word && !isStopword(word));
+    .filter((word) => word);
+
+/** The words of a message, with numbers and sizes made alike, stop words left out. */
+const errorWords = (text) => allWords(text).filter((word) => !isStopword(word));
+
+/** Where the word list `part` first occurs, whole and in order, in `words`; -1 if nowhere. */
+const phraseAt = (words, part) => {
+  for (let i = 0; i + part.length <= words.length; i++)
+    if (part.every((word, j) => words[i + j] === word)) return i;
+  return -1;
+};
 
 /** The length of the longest common subsequence of two word lists. */
 const commonWords = (a, b) => {
@@ -67,10 +82,12 @@ const loadErrorEntries = () => {
       const fix = [...section.querySelectorAll(":scope > p")].find((p) =>
         p.textContent.startsWith("Fix:")
       );
+      const title = heading.textContent.replace(/[#\u00b6]$/, "").trim();
       entries.push({
         anchor: "#" + label.id,
         sectionAnchor: "#" + section.id,
-        title: heading.textContent.replace(/[#\u00b6]$/, "").trim(),
+        title,
+        titleWords: allWords(title.replace(/^[\d.]+\s+/, "")), // without the section number
         fix: fix ? fix.textContent.trim() : "",
         messages,
       });
@@ -80,12 +97,14 @@ const loadErrorEntries = () => {
   return errorEntries;
 };
 
-/** The entries whose messages the query matches, best first. */
-const matchErrorEntries = (entries, words) => {
+/** The entries whose heading holds the query as a phrase, or whose messages match the query,
+ * best first. `phrase`: the query's words with stop words, `words`: without them. */
+const matchErrorEntries = (entries, phrase, words) => {
   const found = [];
   for (const entry of entries) {
+    const at = phrase.length >= MIN_PHRASE ? phraseAt(entry.titleWords, phrase) : -1;
     let best = null;
-    for (const message of entry.messages) {
+    for (const message of words.length >= MIN_WORDS ? entry.messages : []) {
       const common = commonWords(words, message);
       // The shorter of the two (a part of a message, or a message inside a pasted traceback)
       // must be nearly all in the other; then the closer in length, the better.
@@ -95,9 +114,13 @@ const matchErrorEntries = (entries, words) => {
           (score[0] === best[0] && score[1] > best[1])))
         best = score;
     }
-    if (best) found.push({ entry, score: best });
+    if (best || at >= 0) found.push({ entry, at, score: best || [0, 0] });
   }
-  found.sort((a, b) => b.score[0] - a.score[0] || b.score[1] - a.score[1]);
+  // A heading that holds the phrase first (the earlier, the better), then the closer message;
+  // the sort is stable, so ties keep the page's order.
+  const heading = ({ at }) => (at < 0 ? Infinity : at);
+  found.sort((a, b) => heading(a) - heading(b) || b.score[0] - a.score[0] ||
+    b.score[1] - a.score[1]);
   return found.slice(0, 3).map(({ entry }) => entry);
 };
 
@@ -136,10 +159,11 @@ document.addEventListener("DOMContentLoaded", () => {
   const performSearch = Search._performSearch;
   let matched = [];
   Search.query = (text) => {
+    const phrase = allWords(text);
     const words = errorWords(text);
-    if (words.length < MIN_WORDS) return query(text);
+    if (words.length < MIN_WORDS && phrase.length < MIN_PHRASE) return query(text);
     loadErrorEntries()
-      .then((entries) => matchErrorEntries(entries, words))
+      .then((entries) => matchErrorEntries(entries, phrase, words))
       .catch(() => [])
       .then((found) => {
         matched = found;

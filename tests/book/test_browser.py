@@ -309,3 +309,50 @@ def test_search_index_holds_every_troubleshooting_entry(built_book):
         assert hits, f"[{label}] {title!r} is not a title of the search index"
         section = re.search(rf'<section id="{re.escape(hits[0])}">(.*?)</section>', html, re.S)
         assert section and f'id="{label}"' in section[1], f"[{label}] the title's anchor is not its entry"
+
+
+@pytest.mark.parametrize("query", ["CUDA out of memory", "out of memory"])
+def test_a_short_message_lands_first_on_its_entry(query, server, browser):
+    """A phrase of three words or more that an entry's heading holds word for word lists that
+    entry first: the general out-of-memory entry, before the other three (issue 30: it was
+    8th of 11, and no result linked the entry)."""
+    page = browser.new_page()
+    errors = page_errors(page)
+    try:
+        links = search(page, server, query)
+        assert links and links[0] == f"{server}/{TROUBLESHOOTING}.html#err-cuda-oom", links[:4]
+        first = page.inner_text("#search-results li")
+        assert "Fix:" in first and "expandable_segments" in first, first
+        assert not errors, f"the search page raised: {errors}"
+    finally:
+        page.close()
+
+
+# Every entry of the right-hand contents column, each group opened as the theme opens the one
+# being read; the column's right edge, and each entry's overflow, after that.
+CLIPPED_CONTENTS = """() => {
+  const side = document.querySelector('.bd-sidebar-secondary');
+  const links = [...side.querySelectorAll('nav.page-toc a')];
+  for (const a of links)
+    for (let e = a.parentElement; e && e !== side; e = e.parentElement)
+      if (e.tagName === 'UL') e.style.display = 'block';
+  const right = side.getBoundingClientRect().right;
+  return [links.length, links.filter((a) => a.scrollWidth > a.clientWidth + 1 ||
+      a.getBoundingClientRect().right > right + 0.5 ||
+      getComputedStyle(a).textOverflow === 'ellipsis').map((a) => a.innerText.slice(0, 60))];
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+def test_no_contents_entry_is_clipped(width, server, browser):
+    """The troubleshooting page's contents column (95 titles, some quoting whole messages)
+    wraps every title inside the column (_static/book.css); 39 were cut at the window's edge."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    try:
+        page.goto(f"{server}/{TROUBLESHOOTING}.html#err-cuda-oom", wait_until="load")
+        count, clipped = page.evaluate(CLIPPED_CONTENTS)
+        assert count >= len(read_entries()), f"the column lists {count} titles"
+        assert not clipped, f"{len(clipped)} of {count} contents entries are clipped: {clipped[:5]}"
+        page.screenshot(path=str(SHOTS / f"contents-{width}.png"))
+    finally:
+        page.close()
