@@ -6,8 +6,13 @@ workload records both for each configuration the chapter measures: the chapter 5
 batch 256 and the wide MLP (SGD and Adam), the MLP with checkpointed blocks, with four
 accumulated micro-batches and with ``zero_grad(set_to_none=False)``.
 
-Figures, per configuration ``<name>``: ``<name>_predicted_mib``, ``<name>_measured_mib`` and
-``<name>_measured_over_predicted``. On a CUDA GPU the measurement is
+Figures, per configuration ``<name>``: ``<name>_predicted_mib`` (the tensors, replayed on
+meta), ``<name>_measured_mib`` and ``<name>_measured_over_predicted``; ``<name>_workspace_mib``
+(the largest scratch memory one operation took from the allocator and gave back, measured on
+the device: cuDNN's convolution workspace on a GPU, oneDNN's scratchpad on a CPU; the
+operation is named in its note) and ``<name>_measured_over_accounted``: the
+measured peak over the predicted tensors with each operation's measured workspace added at its
+moment (:meth:`helpers.memory.MeasuredStep.with_prediction`). On a CUDA GPU the measurement is
 ``torch.cuda.max_memory_allocated(device)`` (the MLP 4096 wide at batch 8192); on the CPU the
 profiler's allocations (width 512, batch 2048; ``quick=True``: width 128, batch 256).
 """
@@ -23,7 +28,7 @@ from helpers.memory import (
     CUDA_BLOCK,
     WideMLP,
     measurable,
-    measure_training_peak,
+    measure_training_memory,
     predict_training_memory,
 )
 from helpers.models import MnistCNN
@@ -61,7 +66,8 @@ def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
     for name, (build, shape, batch, kw) in configurations(device, quick).items():
         what = f"{tag}batch {batch}, {kw}"
         pred = predict_training_memory(build, shape, batch, round_to=round_to, **kw)
-        real = measure_training_peak(build, shape, batch, device, **kw)
+        step = measure_training_memory(build, shape, batch, device, **kw)
+        real, accounted = step.peak, step.with_prediction(pred)
         if device.type == "cuda":
             torch.cuda.empty_cache()
         figures += [
@@ -72,5 +78,11 @@ def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
                                   else "CPU profiler's allocations")),
             Figure(f"{name}_measured_over_predicted", real / pred.peak, "x", dev, None,
                    f"{tag}measured / predicted"),
+            Figure(f"{name}_workspace_mib", step.workspace / MiB, "MiB", dev, None,
+                   f"{tag}largest scratch of one operation, measured: "
+                   f"{step.workspace_op or 'none'}"),
+            Figure(f"{name}_measured_over_accounted", real / accounted, "x", dev, None,
+                   f"{tag}measured / (predicted tensors + each operation's measured "
+                   "workspace)"),
         ]
     return figures

@@ -39,13 +39,16 @@ from torch.utils.checkpoint import checkpoint
 __all__ = [
     "CUDA_BLOCK",
     "OPTIMIZERS",
+    "MeasuredStep",
     "MemoryPrediction",
     "WideMLP",
     "make_optimizer",
     "plot_step_memory",
     "measure_step_peak",
     "measurable",
+    "measure_training_memory",
     "measure_training_peak",
+    "predict_autocast_saved",
     "predict_training_memory",
     "read_oom_message",
     "saved_tensor_bytes",
@@ -459,6 +462,102 @@ def predict_training_memory(
         timeline=timeline)
 
 
+#: Autocast's cast policies for the common layers, from torch's lists
+#: (aten/src/ATen/autocast_mode.h and autocast_mode.cpp, the same from torch 2.9 to 2.14):
+#: matrix products and convolutions run in 16 bits on every device; which ops run in float32
+#: differs. On CUDA layer norm, group norm, the losses and (with ``dtype=float32``) softmax
+#: and log-softmax do; on the CPU the losses do, but layer norm and softmax keep their input's
+#: 16 bits. Ops in no list run in their input's dtype (widest input where they mix).
+_AUTOCAST_LOW = {"linear", "matmul", "mm", "addmm", "bmm", "baddbmm", "conv1d", "conv2d",
+                 "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+                 "prelu", "scaled_dot_product_attention"}
+_AUTOCAST_FP32 = {
+    "cuda": {"layer_norm", "group_norm", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
+             "huber_loss", "kl_div", "binary_cross_entropy_with_logits", "softplus", "exp",
+             "log", "pow", "rsqrt", "logsumexp", "cosine_similarity"},
+    "cpu": {"cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss",
+            "huber_loss", "kl_div", "binary_cross_entropy_with_logits"},
+}
+_AUTOCAST_FP32_DTYPE = {"cuda": {"softmax", "log_softmax", "cumsum", "cumprod"}, "cpu": set()}
+
+
+class _AutocastPolicy(torch.overrides.TorchFunctionMode):
+    """Applies autocast's cast policy for ``device_type`` to meta tensors, which torch's own
+    autocast never sees (it acts on the tensors of its own device type only)."""
+
+    def __init__(self, device_type: str, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.device_type, self.dtype = device_type, dtype
+        self.copies: dict[int, torch.Tensor] = {}  # autocast caches the weights' casts
+
+    def cast(self, value: Any, dtype: torch.dtype) -> Any:
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() \
+                or value.dtype == dtype:
+            return value
+        if dtype == self.dtype and value.is_leaf and value.requires_grad:
+            if id(value) not in self.copies:
+                self.copies[id(value)] = value.to(dtype)
+            return self.copies[id(value)]
+        return value.to(dtype)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in _AUTOCAST_LOW:
+            to = self.dtype
+        elif name in _AUTOCAST_FP32[self.device_type]:
+            to = torch.float32
+        elif name in _AUTOCAST_FP32_DTYPE[self.device_type] and kwargs.get("dtype") is None:
+            return func(*args, **{**kwargs, "dtype": torch.float32})
+        elif name == "cross_entropy" and self.device_type == "cuda":
+            # CUDA has no entry for cross_entropy: its parts, log_softmax (with
+            # dtype=float32) and nll_loss (float32), follow their own policies
+            # (label smoothing, which adds more, is left out)
+            logits, target = args[:2]
+            log_p = nn.functional.log_softmax(logits, 1, dtype=torch.float32)
+            keep = {k: kwargs[k] for k in ("weight", "ignore_index", "reduction")
+                    if k in kwargs}
+            return nn.functional.nll_loss(log_p, target, **keep)
+        else:
+            return func(*args, **kwargs)
+        return func(*[self.cast(a, to) for a in args],
+                    **{k: self.cast(v, to) for k, v in kwargs.items()})
+
+
+def predict_autocast_saved(
+    model: nn.Module | Callable[[], nn.Module],
+    input_shape: tuple[int, ...],
+    batch_size: int,
+    *,
+    device_type: str,
+    dtype: torch.dtype = torch.bfloat16,
+) -> int:
+    """Predict the bytes saved for backward in a forward pass under autocast (chapter 13).
+
+    The forward pass and its cross-entropy loss run on the meta device with autocast's
+    cast policy for ``device_type`` (``"cuda"`` or ``"cpu"``, from torch's op lists)
+    applied to the layers it knows (linear, convolutions, layer norm, softmax, the losses);
+    counted as :func:`saved_tensor_bytes` counts (parameters and the batch left out). The
+    16-bit copies autocast makes of the weights are saved too, and counted.
+    """
+    if device_type not in _AUTOCAST_FP32:
+        raise ValueError(f"device_type is 'cuda' or 'cpu' (the lists this predicts from), "
+                         f"got {device_type!r}")
+    meta = _on_meta(model).train()
+    x = torch.empty((batch_size, *input_shape), device="meta")
+    with torch.no_grad():
+        target = _target_like(meta(x), "cross_entropy")
+    policy = _AutocastPolicy(device_type, dtype)
+
+    def forward() -> torch.Tensor:
+        with policy:
+            return nn.functional.cross_entropy(meta(x), target)
+
+    saved, _ = saved_tensor_bytes(forward, exclude=[*meta.parameters(), *meta.buffers(),
+                                                    x, target])
+    return saved
+
+
 def _cpu_allocations(prof: torch.profiler.profile) -> list[tuple[int, int]]:
     """(time, bytes) of every CPU allocation (+) and free (-) the profiler recorded."""
     from torch._C._profiler import _EventType
@@ -471,6 +570,23 @@ def _cpu_allocations(prof: torch.profiler.profile) -> list[tuple[int, int]]:
         if event.tag == _EventType.Allocation and event.extra_fields.device.type == "cpu":
             found.append((event.start_time_ns, event.extra_fields.alloc_size))
     return sorted(found)
+
+
+def _cpu_profile() -> torch.profiler.profile:
+    """A profiler that records the CPU allocator's allocations and frees."""
+    # acc_events=True: one profiling cycle, so nothing changes in what is recorded, but torch
+    # 2.10 and 2.11 warn "Profiler clears events at the end of each cycle" whenever it is False
+    return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                  profile_memory=True, acc_events=True)
+
+
+def _running_peak(prof: torch.profiler.profile) -> tuple[int, int]:
+    """The highest and the final running total of the CPU allocations ``prof`` recorded."""
+    running = peak = 0
+    for _, nbytes in _cpu_allocations(prof):
+        running += nbytes
+        peak = max(peak, running)
+    return peak, running
 
 
 def measure_step_peak(fn: Callable[[], Any], device: torch.device | str) -> tuple[int, int]:
@@ -494,44 +610,26 @@ def measure_step_peak(fn: Callable[[], Any], device: torch.device | str) -> tupl
         return (torch.cuda.max_memory_allocated(device) - before,
                 torch.cuda.memory_allocated(device) - before)
     if device.type == "cpu":
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                    profile_memory=True) as prof:
+        with _cpu_profile() as prof:
             fn()
-        running = peak = 0
-        for _, nbytes in _cpu_allocations(prof):
-            running += nbytes
-            peak = max(peak, running)
-        return peak, running
+        return _running_peak(prof)
     raise ValueError(f"measure_step_peak measures on 'cpu' or a CUDA GPU, not {device}: "
                      "other devices keep no peak statistics; predict with "
                      "predict_training_memory instead")
 
 
-def measure_training_peak(
-    model: Callable[[], nn.Module],
-    input_shape: tuple[int, ...],
-    batch_size: int,
-    device: torch.device | str,
-    *,
-    optimizer: str | Callable[..., torch.optim.Optimizer] = "adam",
-    accumulate: int = 1,
-    set_to_none: bool = True,
-    seed: int = 0,
-) -> int:
-    """Measure the peak bytes of the step :func:`predict_training_memory` predicts (chapter 13).
-
-    Builds ``model()`` on ``device`` with random inputs and class targets, runs one step (which
-    creates the optimizer state), frees the gradients, then measures one more step. Returns
-    the bytes alive at its peak: on a CUDA GPU ``max_memory_allocated(device)`` less what was
-    allocated before the model was built (after cuBLAS has made the workspace it keeps for
-    the process; scratch space cuDNN takes during a call is included); on the CPU the storages of the model, optimizer state and batch plus the peak
-    the profiler records (:func:`measure_step_peak`).
-    """
+def _training_setup(
+    model: Callable[[], nn.Module], input_shape: tuple[int, ...], batch_size: int,
+    device: torch.device | str, optimizer: str | Callable[..., torch.optim.Optimizer],
+    accumulate: int, set_to_none: bool, seed: int, what: str,
+) -> tuple[Callable[[], None], int, torch.device]:
+    """The step measure_training_peak and measure_training_memory measure, and the bytes
+    alive before it starts."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive whole number, got {batch_size!r}")
     device = torch.device(device)
     if device.type not in ("cpu", "cuda"):
-        raise ValueError(f"measure_training_peak measures on 'cpu' or a CUDA GPU, not "
+        raise ValueError(f"{what} measures on 'cpu' or a CUDA GPU, not "
                          f"{device}: other devices keep no peak statistics")
     baseline = 0
     if device.type == "cuda":
@@ -567,8 +665,198 @@ def measure_training_peak(
         state = [v for s in opt.state.values() for v in s.values() if v.dim() > 0]
         grads = [] if set_to_none else [p.grad for p in net.parameters()]
         start = _storage_bytes([*net.parameters(), *net.buffers(), x, y, *state, *grads])
+    return step, start, device
+
+
+def measure_training_peak(
+    model: Callable[[], nn.Module],
+    input_shape: tuple[int, ...],
+    batch_size: int,
+    device: torch.device | str,
+    *,
+    optimizer: str | Callable[..., torch.optim.Optimizer] = "adam",
+    accumulate: int = 1,
+    set_to_none: bool = True,
+    seed: int = 0,
+) -> int:
+    """Measure the peak bytes of the step :func:`predict_training_memory` predicts (chapter 13).
+
+    Builds ``model()`` on ``device`` with random inputs and class targets, runs one step (which
+    creates the optimizer state), frees the gradients, then measures one more step. Returns
+    the bytes alive at its peak: on a CUDA GPU ``max_memory_allocated(device)`` less what was
+    allocated before the model was built (after cuBLAS has made the workspace it keeps for
+    the process); on the CPU the storages of the model, optimizer state and batch plus the
+    peak the profiler records (:func:`measure_step_peak`). Both include the scratch memory
+    (workspace) that kernels take from PyTorch's allocator while they run, which the
+    prediction cannot see: :func:`measure_training_memory` measures it per operation.
+    """
+    step, start, device = _training_setup(model, input_shape, batch_size, device, optimizer,
+                                          accumulate, set_to_none, seed,
+                                          "measure_training_peak")
     increase, _ = measure_step_peak(step, device)
     return start + increase
+
+
+#: The name of the profiler range each operation of a step measured on the CPU runs in.
+_OP_MARK = "helpers.memory: op "
+
+
+class _OpScratch(TorchDispatchMode):
+    """Runs a step on a real device and measures each operation's scratch memory: the bytes
+    it takes from the allocator and gives back before it returns, above what it leaves.
+
+    On a CUDA GPU from the caching allocator (peak reset before each operation; ``top``
+    keeps the highest value seen across the resets); on the CPU each operation runs in a
+    profiler range named ``_OP_MARK + index``, read afterwards by :func:`_marked_scratch`.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        super().__init__()
+        self.device = device
+        self.names: list[str] = []
+        self.scratch: dict[int, int] = {}
+        self.top = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        index = len(self.names)
+        self.names.append(str(func.overloadpacket.__name__))
+        if self.device.type != "cuda":
+            with torch.profiler.record_function(f"{_OP_MARK}{index}"):
+                return func(*args, **(kwargs or {}))
+        device = self.device
+        self.top = max(self.top, torch.cuda.max_memory_allocated(device))
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        out = func(*args, **(kwargs or {}))
+        after = torch.cuda.memory_allocated(device)
+        self.scratch[index] = max(0, torch.cuda.max_memory_allocated(device)
+                                  - max(before, after))
+        return out
+
+
+def _scratch_of(allocations: list[tuple[int, int]]) -> int:
+    """How far a run of (time, +bytes / -bytes) rose above both where it began and ended."""
+    running = top = 0
+    for _, nbytes in sorted(allocations, key=lambda a: a[0]):
+        running += nbytes
+        top = max(top, running)
+    return top - max(0, running)
+
+
+def _marked_scratch(prof: torch.profiler.profile) -> dict[int, int]:
+    """Scratch bytes per operation index from the CPU profile of an :class:`_OpScratch` run."""
+    from torch._C._profiler import _EventType
+
+    found: dict[int, int] = {}
+    stack = list(prof.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        event = stack.pop()
+        if event.tag == _EventType.TorchOp and event.name.startswith(_OP_MARK):
+            allocations, inner = [], [event]
+            while inner:
+                e = inner.pop()
+                inner.extend(e.children)
+                if e.tag == _EventType.Allocation and e.extra_fields.device.type == "cpu":
+                    allocations.append((e.start_time_ns, e.extra_fields.alloc_size))
+            found[int(event.name[len(_OP_MARK):])] = _scratch_of(allocations)
+        else:
+            stack.extend(event.children)
+    return found
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """What :func:`measure_training_memory` returns, in bytes (chapter 13).
+
+    ``peak`` is what :func:`measure_training_peak` returns; ``ops`` has one row per operation
+    of the measured step (``name``, ``scratch``): the workspace each one took from PyTorch's
+    allocator and gave back before it returned (cuDNN's convolution workspace on a GPU,
+    oneDNN's scratchpad on a CPU), measured on the device.
+    """
+
+    device: str
+    peak: int
+    start: int
+    ops: pd.DataFrame = field(repr=False, compare=False)
+
+    @property
+    def workspace(self) -> int:
+        """The largest scratch memory one operation took."""
+        return int(self.ops["scratch"].max()) if len(self.ops) else 0
+
+    @property
+    def workspace_op(self) -> str:
+        """The operation that took :attr:`workspace` (``""`` when none took any)."""
+        if not self.workspace:
+            return ""
+        return str(self.ops.loc[self.ops["scratch"].idxmax(), "name"])
+
+    def with_prediction(self, prediction: MemoryPrediction) -> int:
+        """The predicted peak with each operation's measured workspace added at its moment.
+
+        For every operation of the predicted step: the live tensors around it on meta (the
+        larger of before and after it) plus the scratch the same operation (matched by name
+        and by how many of that name ran before it) took on the device; the largest of these
+        and the predicted peak. An operation the replay did not run adds its scratch to the
+        predicted peak.
+        """
+        line = prediction.timeline
+        seen: dict[str, int] = {}
+        scratch: dict[tuple[str, int], int] = {}
+        for name, nbytes in zip(self.ops["name"], self.ops["scratch"], strict=True):
+            seen[name] = seen.get(name, 0) + 1
+            scratch[(name, seen[name])] = int(nbytes)
+        best, before, seen = prediction.peak, 0, {}
+        for name, after in zip(line["name"], line["bytes"], strict=True):
+            if name not in ("starts", "between steps"):
+                seen[name] = seen.get(name, 0) + 1
+                best = max(best, max(before, after) + scratch.pop((name, seen[name]), 0))
+            before = after
+        return max(best, prediction.peak + max(scratch.values(), default=0))
+
+
+def measure_training_memory(
+    model: Callable[[], nn.Module],
+    input_shape: tuple[int, ...],
+    batch_size: int,
+    device: torch.device | str,
+    *,
+    optimizer: str | Callable[..., torch.optim.Optimizer] = "adam",
+    accumulate: int = 1,
+    set_to_none: bool = True,
+    seed: int = 0,
+) -> MeasuredStep:
+    """Measure a training step's peak and every operation's workspace on ``device`` (chapter 13).
+
+    The same step as :func:`measure_training_peak`, run once with each operation watched
+    (a ``TorchDispatchMode``): on a CUDA GPU the caching allocator's peak is reset before
+    each operation and read after it; on the CPU each operation runs in a profiler range.
+    An operation's *scratch* is how far the allocated bytes rose above both their level
+    before it and after it: memory a library took for itself and gave back (cuDNN's
+    convolution workspace, oneDNN's scratchpad, whose size grows with the CPU's threads).
+    The meta replay cannot see it; :meth:`MeasuredStep.with_prediction` adds it.
+    """
+    step, start, device = _training_setup(model, input_shape, batch_size, device, optimizer,
+                                          accumulate, set_to_none, seed,
+                                          "measure_training_memory")
+    watch = _OpScratch(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        with watch:
+            step()
+        torch.cuda.synchronize(device)
+        increase = max(watch.top, torch.cuda.max_memory_allocated(device)) - before
+        scratch = watch.scratch
+    else:
+        with _cpu_profile() as prof, watch:
+            step()
+        increase, _ = _running_peak(prof)
+        scratch = _marked_scratch(prof)
+    ops = pd.DataFrame({"name": watch.names,
+                        "scratch": [scratch.get(i, 0) for i in range(len(watch.names))]})
+    return MeasuredStep(device=str(device), peak=start + increase, start=start, ops=ops)
 
 
 def measurable(device: torch.device | str) -> torch.device:
