@@ -304,12 +304,35 @@ def find_index_select(entry: Entry) -> None:
                ["index", "cpu", "cuda:0", "wrapper_CUDA__index_select"])
 
 
+def conv_backend(batch: int, side: int, kernel: int) -> str:
+    """The kernel PyTorch picks for a CPU batch of ``batch`` one-channel images (what a GPU
+    model's convolution meets when the batch was left on the CPU): its choice is made from the
+    input alone, so CPU weights stand in for the GPU's."""
+    x, w = torch.ones(batch, 1, side, side), torch.ones(1, 1, kernel, kernel)
+    return torch._C._select_conv_backend(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                                         None).name
+
+
 def find_conv_input_type(entry: Entry) -> None:
-    # A CPU batch meets the mkldnn convolution, which adds its own words; a GPU batch a CPU model.
-    first, second = (without_prefix(b, RuntimeError) for b in entry.blocks)
+    # A CPU batch meets the mkldnn convolution, which adds its own words; a GPU batch a CPU model;
+    # one small CPU image the plain ("slow") kernel, whose CUDA wrapper checks devices first.
+    first, second, small = (without_prefix(b, RuntimeError) for b in entry.blocks)
     in_library(LIB / "libtorch_cpu.so", first, ["torch.FloatTensor", "torch.cuda.FloatTensor"])
     assert second.endswith(") should be the same")
     in_library(LIB / "libtorch_cpu.so", second + "\0", ["torch.cuda.FloatTensor", "torch.FloatTensor"])
+    wrapper = "wrapper_CUDA___slow_conv2d_forward"
+    in_library(LIB / "libtorch_cpu.so", small, ["weight", "cuda:0", "cpu", wrapper])
+    assert small.endswith(f"(when checking argument in method {wrapper})")
+    cuda_lib = LIB / "libtorch_cuda.so"
+    if cuda_lib.exists():  # the CUDA build: the wrapper's name is compiled in
+        assert wrapper.encode() + b"\0" in rodata(cuda_lib)
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this build has no oneDNN: its CPU convolutions choose otherwise")
+    # The page's account of the choice: one MNIST digit through a 3x3 kernel takes the plain
+    # kernel, up to 20,480 values; a real batch, a larger image or a 5x5 kernel take oneDNN's.
+    assert conv_backend(1, 28, 3) == conv_backend(1, 143, 3) == "Slow2d"  # 143^2 = 20,449
+    assert conv_backend(1, 144, 3) == "Mkldnn"  # 144^2 = 20,736
+    assert conv_backend(8, 28, 3) == conv_backend(1, 28, 5) == "Mkldnn"
 
 
 def raise_rnn_hidden() -> str | list[str]:

@@ -77,11 +77,15 @@ def test_embedding_ids_on_the_cpu(troubleshooting, label):
 
 @entry_test("err-conv-input-type", CUDA)
 def test_convolution_on_the_gpu_batch_on_the_cpu(troubleshooting, label):
+    # A real batch (8 MNIST digits): a CPU input of 1x1x5x5 takes the plain convolution kernel,
+    # which words it otherwise (the entry's third message, checked below with one digit).
     conv = nn.Conv2d(1, 1, 3).to(GPU)
-    assert_quoted(troubleshooting, label, line(raised(lambda: conv(torch.ones(1, 1, 5, 5)))))
+    assert_quoted(troubleshooting, label, line(raised(lambda: conv(torch.ones(8, 1, 28, 28)))))
     cpu_conv = nn.Conv2d(1, 1, 3)  # the reverse: a GPU batch, the model left on the CPU
-    exc = raised(lambda: cpu_conv(torch.ones(1, 1, 5, 5, device=GPU)))
+    exc = raised(lambda: cpu_conv(torch.ones(8, 1, 28, 28, device=GPU)))
     assert_quoted(troubleshooting, label, line(exc))
+    one_digit = torch.ones(1, 1, 28, 28)  # model(image.unsqueeze(0)) with chapter 5's first layer
+    assert_quoted(troubleshooting, label, line(raised(lambda: conv(one_digit))))
 
 
 @entry_test("err-rnn-hidden", CUDA)
