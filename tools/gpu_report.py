@@ -517,7 +517,7 @@ def record(args: argparse.Namespace) -> int:
     if not_run:
         print(f"Out of time (--budget {args.budget:g} s): not run: {', '.join(not_run)}. "
               "Run again with --resume --no-bench to record them.", file=sys.stderr)
-    failed = [name for name, c in summary["chapters"].items() if not c["ok"]]
+    failed = sorted(name for name, c in summary["chapters"].items() if not c["ok"])
     print(f"Pages in {pages}; executed notebooks in {work}; summary in {args.work / 'report.json'}")
     if failed or bench_rc or tests_rc or not_run:
         print(f"Not complete: failed chapter(s) {', '.join(failed) or 'none'}; benchmark exit "

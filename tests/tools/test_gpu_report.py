@@ -681,3 +681,35 @@ def test_an_archive_over_16_mib_is_not_written(tmp_path):
     assert not list(tmp_path.glob("a.tar.xz*"))
     with pytest.raises(ValueError, match="neither under"):
         report.archive_name(tmp_path / "x", results, work)
+
+
+def test_the_unit_tests_are_a_part_of_their_own_beside_the_chapters_that_time_nothing(
+        lanes, monkeypatch):
+    import time
+
+    calls = []
+
+    def fake_run_logged(command, env, log, echo):
+        calls.append((command, time.monotonic(), echo))
+        time.sleep(0.5)
+        log.write_text("5 passed in 0.5s\n")
+        return 0
+
+    monkeypatch.setattr(report, "run_logged", fake_run_logged)
+    assert report.main([*lanes["args"], "--workers", "2", "--tests", "--test-workers", "6"]) == 0
+    ((command, started, echo),) = calls
+    assert command[command.index("-n") + 1] == "6" and "tests/library" in command
+    assert echo is False, "beside chapters, the tests' output goes to their log only"
+    spans = lanes["spans"]
+    assert all(spans[s][1] <= started for s in ("03_matmul", "05_mnist")), "after those alone"
+    assert spans["01_devices"][0] - started < 0.3, "the side-by-side chapters start with them"
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    assert summary["tests"]["returncode"] == 0 and summary["parts_seconds"]["tests"] >= 0.5
+    assert summary["chapters"]["08_device_pitfalls"]["ran"] == (
+        "beside other chapters (2 at a time) and the unit tests")
+    assert summary["chapters"]["03_matmul"]["ran"] == "alone"
+    # the tests alone: one worker means no xdist, and their output shows as they run
+    calls.clear()
+    assert report.main([*lanes["args"], "--no-chapters", "--tests", "--test-workers", "1"]) == 0
+    ((command, _, echo),) = calls
+    assert "-n" not in command and echo is True
