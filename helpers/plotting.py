@@ -21,6 +21,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -199,10 +200,11 @@ def _describe_axes(ax: Any) -> str:
     title = ax.get_title()
     if ax.get_images():
         return f"image titled {title}" if title else "image"
-    bars = [p for c in ax.containers for p in c.patches] if ax.containers else []
+    bar_sets = [c for c in ax.containers if isinstance(c, BarContainer)]
+    bars = [p for c in bar_sets for p in c.patches]
     xlabel, ylabel = ax.get_xlabel(), ax.get_ylabel()
     if bars:
-        horizontal = getattr(ax.containers[0], "orientation", None) == "horizontal"
+        horizontal = getattr(bar_sets[0], "orientation", None) == "horizontal"
         names = [t.get_text() for t in (ax.get_yticklabels() if horizontal
                                         else ax.get_xticklabels())]
         values = [b.get_width() if horizontal else b.get_height() for b in bars]
@@ -304,10 +306,19 @@ def _alt_formatter_class() -> type:
                 if result is None or not isinstance(obj, Figure):
                     return result
                 data, metadata = result if isinstance(result, tuple) else (result, None)
-                return data, {**(metadata or {}), "alt": figure_alt(obj)}
+                try:
+                    alt = figure_alt(obj)
+                except Exception:  # noqa: BLE001 - a figure is never lost for its alt text
+                    alt = _fallback_alt(obj)
+                return data, {**(metadata or {}), "alt": alt}
 
         _FORMATTER.append(AltTextPNGFormatter)
     return _FORMATTER[0]
+
+
+def _fallback_alt(fig: Figure) -> str:
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    return "A figure" + (f" titled {_listed(titles)}." if titles else " without a title.")
 
 
 def show_figure(fig: Figure, alt: str | None = None) -> None:

@@ -30,6 +30,12 @@ def test_bars_name_their_labels_values_and_unit() -> None:
         "MNIST CNN on cpu: bars of seconds per epoch: hand-written loop 1.20, Accelerate 0.700.")
 
 
+def test_bars_with_error_whiskers() -> None:
+    fig = plotting.plot_timings({"a": 1.0, "b": 2.0}, errors={"a": 0.1, "b": 0.2},
+                                unit="s", title="Two")
+    assert plotting.describe_figure(fig) == "Two: bars of s: a 1.00, b 2.00."
+
+
 def test_panels_lines_and_grids() -> None:
     history = pd.DataFrame({"epoch": [1, 2], "train_loss": [1, .5], "val_loss": [1, .6],
                             "train_acc": [.5, .7], "val_acc": [.5, .8], "best": [False, True]})
