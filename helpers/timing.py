@@ -118,6 +118,12 @@ class CpuLoad:
     ``load`` is the 1-minute load average (threads running or waiting to run, the timed work's
     own included; None where the operating system keeps none, as on Windows), ``cores`` the
     cores this process may run on, ``threads`` the CPU threads the timed work used.
+
+    The load average is an exponentially decaying average over about a minute, sampled every
+    5 seconds: it shows other work that has run for tens of seconds (a second chapter or test
+    run beside this one), not a burst during a timing of a fraction of a second (the spread,
+    :attr:`Timing.noisy`, shows that), and it stays high for up to a minute after such work
+    ends. Inside a container it counts the whole host's threads.
     """
 
     load: float | None
@@ -149,6 +155,10 @@ def _usable_cores() -> int:
 def cpu_load(threads: int | None = None) -> CpuLoad:
     """The host CPU's load now, against the cores this process may use and the CPU threads
     the work uses (``threads``; by default ``torch.get_num_threads()``) (chapter 3)."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(
+            threads, numbers.Integral) or threads < 1):
+        raise ValueError(f"threads must be None (this process's thread count) or a whole "
+                         f"number >= 1, got {threads!r}")
     try:
         load: float | None = os.getloadavg()[0]
     except (AttributeError, OSError):  # Windows keeps no load average

@@ -94,3 +94,9 @@ def test_a_noisy_timing_says_why_it_is_not_trusted() -> None:
     both = timing.Timing("t", "cpu", 1.0, 0.3, 1.0, (0.8, 1.0, 1.1), cpu=CpuLoad(5.0, 2, 2))
     assert both.doubt == ("IQR 30% of the median; CPU oversubscribed "
                           "(load 5.0 on 2 core(s), 2 thread(s))")
+
+
+@pytest.mark.parametrize("threads", [0, -2, 1.5, True, "2"])
+def test_cpu_load_refuses_a_thread_count_that_is_not_a_positive_whole_number(threads) -> None:
+    with pytest.raises(ValueError, match="threads must be None"):
+        timing.cpu_load(threads)
