@@ -58,8 +58,6 @@ KNOWN_FAILURES: dict[str, str] = {
     "03_matmul.ipynb": "chapter 3 (another session's): the folded start-up cell (STARTUP_SCRIPT) "
     "uses json, subprocess and sys, and the folded page-fault check uses sys, all imported "
     "only in the removed 'check cells' tools' cell",
-    "04_linear_regression.ipynb": "chapter 4 (another session's): the visible print after the bounds table uses regime, step_ms, fixed_ms and "
-    "read_share, computed only in the removed check cell before it",
 }
 
 
