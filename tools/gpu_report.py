@@ -247,8 +247,83 @@ def stamp_page(nb, chapter, run: dict[str, Any]):
     return nb
 
 
+# No absolute path of this machine in what the report writes --------------------------------
+
+def machine_places(*extra: tuple[Path | None, str]) -> list[tuple[str, str]]:
+    """This machine's folders that a page, log or result file must not name, each with the
+    word that stands for it (the book's folder is ``BOOK``, the home folder ``~``, Python's
+    own folders ``PYTHON`` and ``SITE``; ``extra`` adds the report's own, such as ``WORK``),
+    the longest first, so that the most precise word wins."""
+    import sysconfig
+
+    places: list[tuple[Path | None, str]] = [
+        *extra, (ROOT, "BOOK"), (Path.home(), "~"), (Path(sys.prefix), "PYTHON"),
+        (Path(sys.base_prefix), "PYTHON"),
+        *[(Path(sysconfig.get_paths()[k]), "SITE") for k in ("purelib", "platlib")]]
+    found: dict[str, str] = {}
+    for path, word in places:
+        if path is None:
+            continue
+        for form in (str(path), str(path.resolve())):
+            if len(form) > 1 and form not in found:  # never "/" itself
+                found[form] = word
+    return sorted(found.items(), key=lambda item: -len(item[0]))
+
+
+def without_places(text: str, places: list[tuple[str, str]]) -> str:
+    """``text`` with each of ``places`` replaced by its word, where it names that folder
+    (``/home/ann`` in ``/home/ann/book``, not in ``/home/anna``)."""
+    for path, word in places:
+        text = re.sub(re.escape(path) + r"(?![\w.-])", lambda _, word=word: word, text)
+    return text
+
+
+def scrub_notebook(nb, places: list[tuple[str, str]]) -> None:
+    """Every text a cell printed, without this machine's folders (images are left alone)."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if "text" in out:
+                out["text"] = without_places(out["text"], places)
+            if "evalue" in out:
+                out["evalue"] = without_places(out["evalue"], places)
+                out["traceback"] = [without_places(t, places) for t in out["traceback"]]
+            for mime, value in out.get("data", {}).items():
+                if mime.startswith("text/") and isinstance(value, str):
+                    out["data"][mime] = without_places(value, places)
+
+
+def scrub_file(path: Path, places: list[tuple[str, str]]) -> None:
+    """A written log, test report or summary, without this machine's folders."""
+    if path.is_file():
+        text = path.read_text(errors="replace")
+        clean = without_places(text, places)
+        if clean != text:
+            path.write_text(clean)
+
+
+def shown(path: Path) -> str:
+    """How a message names one of the report's paths: from the book's folder where inside."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT.resolve()))
+    except ValueError:
+        return str(path)
+
+
+#: The matplotlib backend of the kernel that records a page: Jupyter's inline backend, which
+#: puts each figure ``plt.show()`` draws into the cell's outputs. An ``MPLBACKEND`` set in the
+#: environment (``Agg`` on many servers) would otherwise reach the kernel, draw into nothing,
+#: and the recorded page would lose its figures (the first GPU run did).
+INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
+
+
+def kernel_env() -> dict[str, str]:
+    """The environment a chapter's kernel gets: this one, with the inline backend."""
+    return {**os.environ, "MPLBACKEND": INLINE_BACKEND}
+
+
 def execute(path: Path, timeout: int) -> tuple[bool, str]:
-    """Execute ``path`` in place in its own folder, as the book build does."""
+    """Execute ``path`` in place in its own folder, as the book build does, with the inline
+    backend whatever ``MPLBACKEND`` says (:func:`kernel_env`)."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -257,7 +332,7 @@ def execute(path: Path, timeout: int) -> tuple[bool, str]:
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     try:
-        client.execute()
+        client.execute(env=kernel_env())
         error = ""
     except CellExecutionError as exc:
         error = str(exc)[-2000:]
@@ -384,7 +459,7 @@ def record(args: argparse.Namespace) -> int:
     # workload's figures are kept under the work folder as it finishes (--parts): a run cut
     # short keeps them, and the next run measures only what is missing.
     bench = [sys.executable, "-m", "bench", "--no-progress", "--parts",
-             str(args.work / "bench-parts")]
+             shown(args.work / "bench-parts")]
     if args.quick:
         bench.append("--quick")
     for name in args.bench_only:
@@ -392,8 +467,18 @@ def record(args: argparse.Namespace) -> int:
     # A full run writes results/<machine>.json; a smoke test writes where it was told to, or
     # into the work folder, never into the committed results/.
     out = args.results or (args.work / "bench" if args.quick or args.bench_only else results)
-    bench += ["--out", str(out)]
+    bench += ["--out", shown(out)]
     env = {**os.environ, "BOOK_COMMIT": commit, "BOOK_STRICT": "1"}
+    # What the report writes names no folder of this machine (the bench and the tests run in
+    # the checkout, so their paths are relative to it; logs and pages are scrubbed).
+    places = machine_places(*[(p, w) for p, w in ((args.work, "WORK"), (results, "RESULTS"))
+                              if not p.resolve().is_relative_to(ROOT.resolve())],
+                            (args.wheelhouse, "WHEELS"), (args.data, "DATA"))
+
+    def write_summary() -> None:
+        text = json.dumps(summary, indent=1) + "\n"
+        (args.work / "report.json").write_text(without_places(text, places))
+
     bench_rc = 0
     clock: dict[str, float] = {}
     wrote: list[Path] = []  # what this run wrote, for --archive
@@ -403,6 +488,7 @@ def record(args: argparse.Namespace) -> int:
         print("Benchmark: " + " ".join(bench[1:]), flush=True)
         tic = time.monotonic()
         bench_rc = run_logged(bench, env, args.work / "bench.log", echo=True)
+        scrub_file(args.work / "bench.log", places)
         clock["benchmark"] = time.monotonic() - tic
         summary["benchmark"] = {"command": bench[1:], "returncode": bench_rc}
         wrote += [args.work / "bench.log", out / f"{slug}.json"]  # pack skips what is not
@@ -439,13 +525,14 @@ def record(args: argparse.Namespace) -> int:
         ok, error = execute(target, args.timeout)
         seconds = round(time.perf_counter() - start, 1)
         problems: list[str] = []
+        nb = nbformat.read(target, as_version=4)
         if ok:
-            nb = nbformat.read(target, as_version=4)
             trim_errors(nb)
-            nbformat.write(nb, target)
             problems = output_problems(nb)
             if problems:
                 ok, error = False, "; ".join(problems)
+        scrub_notebook(nb, places)
+        nbformat.write(nb, target)
         if ok:
             page = stamp_page(nb, nbformat.read(source, as_version=4), {**run, **ran})
             pages.mkdir(parents=True, exist_ok=True)
@@ -462,7 +549,7 @@ def record(args: argparse.Namespace) -> int:
                     [error.strip().splitlines()[-1]] if error.strip() else []):
                 print("    " + line, flush=True)
             # Rewritten after every chapter: a run cut short still says what it did.
-            (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
+            write_summary()
 
     # The lanes. First, alone on the machine (after the benchmark): the chapters that time
     # something. Then side by side: the chapters that measure no time, --workers at a time,
@@ -478,11 +565,11 @@ def record(args: argparse.Namespace) -> int:
     if args.tests:
         # The unit tests, GPU branches included (they skip without a GPU), with a report file.
         command = [sys.executable, "-m", "pytest", "-q", "-m", "not book", "-rs",
-                   f"--junitxml={args.work / 'tests.xml'}", "-p", "no:cacheprovider"]
+                   f"--junitxml={shown(args.work / 'tests.xml')}", "-p", "no:cacheprovider"]
         if args.test_workers > 1:
             command += ["-n", str(args.test_workers)]
         command += ["tests/library", "tests/benchmark", "tests/book/test_troubleshooting_gpu.py"]
-        print("Tests: " + " ".join(command[1:]) + f" (log: {args.work / 'tests.log'})",
+        print("Tests: " + " ".join(command[1:]) + f" (log: {shown(args.work / 'tests.log')})",
               flush=True)
         tests = threading.Thread(target=lambda: summary.setdefault("tests", {
             "command": command[1:], "returncode": run_logged(
@@ -499,6 +586,8 @@ def record(args: argparse.Namespace) -> int:
     clock["chapters side by side"] = time.monotonic() - tic
     if tests is not None:
         tests.join()
+        for name in ("tests.log", "tests.xml"):
+            scrub_file(args.work / name, places)
         clock["tests"] = summary["tests"]["seconds"]
         print(f"  tests: exit status {summary['tests']['returncode']} in "
               f"{clock['tests']:.0f} s; {_last_line(args.work / 'tests.log')}", flush=True)
@@ -508,7 +597,7 @@ def record(args: argparse.Namespace) -> int:
     print("Parts: " + ", ".join(f"{k} {v:.0f} s" for k, v in clock.items()), flush=True)
 
     summary["not_run"] = not_run
-    (args.work / "report.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_summary()
     if args.archive:
         wrote.append(args.work / "report.json")
         size = pack(args.archive, wrote, results, args.work)
@@ -518,7 +607,8 @@ def record(args: argparse.Namespace) -> int:
         print(f"Out of time (--budget {args.budget:g} s): not run: {', '.join(not_run)}. "
               "Run again with --resume --no-bench to record them.", file=sys.stderr)
     failed = sorted(name for name, c in summary["chapters"].items() if not c["ok"])
-    print(f"Pages in {pages}; executed notebooks in {work}; summary in {args.work / 'report.json'}")
+    print(f"Pages in {shown(pages)}; executed notebooks in {shown(work)}; summary in "
+          f"{shown(args.work / 'report.json')}")
     if failed or bench_rc or tests_rc or not_run:
         print(f"Not complete: failed chapter(s) {', '.join(failed) or 'none'}; benchmark exit "
               f"status {bench_rc}; tests exit status {tests_rc}. What passed is recorded and "

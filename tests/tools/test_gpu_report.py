@@ -713,3 +713,91 @@ def test_the_unit_tests_are_a_part_of_their_own_beside_the_chapters_that_time_no
     assert report.main([*lanes["args"], "--no-chapters", "--tests", "--test-workers", "1"]) == 0
     ((command, _, echo),) = calls
     assert "-n" not in command and echo is True
+
+
+# Figures and paths, whatever the environment (issue 26 item 12, issue 27 item 4) ------------
+
+def test_a_recorded_page_keeps_its_figures_when_mplbackend_is_agg(monkeypatch, tmp_path):
+    """The report's own chapter execution, with MPLBACKEND=Agg set as on the H200 server:
+    the figure plt.show() draws is still among the cell's outputs."""
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    path = tmp_path / "plots.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# A figure"),
+        nbformat.v4.new_code_cell("import matplotlib.pyplot as plt\n"
+                                  "plt.plot([0, 1], [1, 0])\nplt.show()")]), path)
+    ok, error = report.execute(path, timeout=300)
+    assert ok, error
+    outputs = nbformat.read(path, as_version=4).cells[1].outputs
+    assert any("image/png" in out.get("data", {}) for out in outputs), outputs
+    assert os.environ["MPLBACKEND"] == "Agg", "the report's own environment is left alone"
+
+
+def test_the_machines_folders_are_replaced_by_words_where_they_are_folders():
+    home = str(Path.home())
+    places = report.machine_places((Path("/srv/run/work"), "WORK"))
+    text = (f"{report.ROOT}/helpers/x.py:3 | {home}/.cache/y | /srv/run/work/bench.log | "
+            f"/srv/run/workshop | {sys.prefix}/bin/python")
+    clean = report.without_places(text, places)
+    assert clean.startswith("BOOK/helpers/x.py:3 | ~/.cache/y | WORK/bench.log | ")
+    assert "/srv/run/workshop" in clean, "a folder's name inside another name stays"
+    assert str(report.ROOT) not in clean and sys.prefix not in clean
+
+
+def test_pages_logs_and_result_files_name_no_folder_of_the_machine(lanes, monkeypatch):
+    """A chapter that prints this machine's folders (a warning's path, the home folder, a
+    package's file) and tests whose log does: what the report writes names none of them, and
+    the pages keep their images."""
+    import sysconfig
+
+    site = sysconfig.get_paths()["purelib"]
+    leaks = [str(report.ROOT), str(Path.home()), site, str(lanes["tmp"])]
+    text = (f"{site}/torch/cuda/__init__.py:1270: a note\n"
+            f"saved to {Path.home()}/.cache/book/model.pt\nfrom {report.ROOT}/helpers/x.py\n")
+
+    def printing_execute(path: Path, timeout: int):
+        nb = nbformat.read(path, as_version=4)
+        nb.cells[1].outputs = [
+            nbformat.v4.new_output("stream", name="stdout", text=text),
+            nbformat.v4.new_output("display_data", data={"image/png": "iVBORw0KGgo=",
+                                                         "text/plain": text})]
+        nbformat.write(nb, path)
+        return True, ""
+
+    def logging_run(command, env, log, echo):
+        log.write_text(text + f"{lanes['tmp']}/w/tests.xml\n5 passed in 0.5s\n")
+        (lanes["tmp"] / "w" / "tests.xml").write_text(f'<testsuite file="{text}"/>')
+        return 0
+
+    monkeypatch.setattr(report, "execute", printing_execute)
+    monkeypatch.setattr(report, "run_logged", logging_run)
+    assert report.main([*lanes["args"], "--workers", "2", "--tests"]) == 0
+    written = [p for folder in ("w", "r") for p in (lanes["tmp"] / folder).rglob("*")
+               if p.is_file()]
+    assert any(p.suffix == ".ipynb" and "pages" in p.parts for p in written)
+    for path in written:
+        content = path.read_text(errors="replace")
+        for leak in leaks:
+            assert leak not in content, f"{path.name} names {leak}"
+    page = next(p for p in written if p.suffix == ".ipynb" and "pages" in p.parts)
+    outputs = nbformat.read(page, as_version=4).cells[-1].outputs
+    assert outputs[0]["text"].startswith("SITE/torch/cuda/__init__.py:1270")
+    assert outputs[1]["data"]["image/png"] == "iVBORw0KGgo="
+
+
+def test_the_benchmark_is_told_folders_inside_the_checkout_relative_to_it(lanes, monkeypatch):
+    """Its result file records the command it was given: no folder of this machine there."""
+    calls = []
+    monkeypatch.setattr(report, "run_logged",
+                        lambda command, env, log, echo: calls.append(command) or 0)
+    args = [a for a in lanes["args"] if a != "--no-bench"]
+    work = report.ROOT / "_build" / "gpu-report-test-paths"
+    try:
+        args[args.index("--work") + 1] = str(work)
+        args[args.index("--results") + 1] = str(work / "results")
+        assert report.main([*args, "--no-chapters", "--quick"]) == 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    (bench,) = calls
+    assert bench[bench.index("--parts") + 1] == "_build/gpu-report-test-paths/bench-parts"
+    assert bench[bench.index("--out") + 1] == "_build/gpu-report-test-paths/results"
