@@ -19,8 +19,10 @@ Figures (``quick=True`` uses 20,000 rows and says so in each note):
   ``step_operators`` and ``step_bytes_per_row`` (counted by
   :func:`helpers.regression.step_traffic`), ``gpu_copy_bandwidth`` (a 128 MiB copy),
   ``gpu_launch_seconds`` (one tiny operator queued back to back), ``gpu_read_step_seconds``
-  (the same with ``.item()`` after it), ``gpu_read_cost_seconds`` (their difference: one
-  read's round trip), ``gpu_step_seconds_n1000``, ``gpu_step_seconds_n1000000`` and
+  (the same with ``.item()`` after it; both with their IQRs: one read's round trip is their
+  difference only where the spreads support one, as ``helpers.recipes.compare`` decides, so
+  no difference is recorded as a figure), ``gpu_step_seconds_n1000``,
+  ``gpu_step_seconds_n1000000`` and
   ``gpu_step_seconds_large`` (one step at each size; the large size, in its note, is the
   first of 10, 30, 100 and 300 times n whose bytes take four times the step at n=1,000 at
   the copy's bandwidth).
@@ -141,9 +143,6 @@ def _bound_figures(device: torch.device, n: int, tag: str) -> list[Figure]:
                f"{tag}one add_ on a 1-element tensor, queued back to back"),
         Figure("gpu_read_step_seconds", read.median, "s", dev, read.iqr,
                f"{tag}the same add_ followed by .item()"),
-        Figure("gpu_read_cost_seconds", read.median - launch.median, "s", dev,
-               read.iqr + launch.iqr, f"{tag}gpu_read_step_seconds - gpu_launch_seconds; "
-               "spread: both IQRs"),
         Figure("gpu_step_seconds_n1000", small.median, "s", dev, small.iqr,
                f"{tag}one regression step, n=1,000"),
         Figure("gpu_step_seconds_n1000000", full.median, "s", dev, full.iqr,

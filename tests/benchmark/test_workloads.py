@@ -126,13 +126,15 @@ def test_regression_bound_figures_conform_and_add_up_on_the_cpu() -> None:
     got = _by_name(figures)
     assert set(got) == {
         "step_operators", "step_bytes_per_row", "gpu_copy_bandwidth", "gpu_launch_seconds",
-        "gpu_read_step_seconds", "gpu_read_cost_seconds", "gpu_step_seconds_n1000",
-        "gpu_step_seconds_n1000000", "gpu_step_seconds_large"}
+        "gpu_read_step_seconds", "gpu_step_seconds_n1000", "gpu_step_seconds_n1000000",
+        "gpu_step_seconds_large"}
     assert got["step_operators"].value >= 7  # forward, loss, backward and Adam's updates
     # x (8 bytes a row) and y (4) are read at least once, and the prediction written
     assert got["step_bytes_per_row"].value >= 16
-    assert got["gpu_read_cost_seconds"].value == pytest.approx(
-        got["gpu_read_step_seconds"].value - got["gpu_launch_seconds"].value)
+    # a read's cost is a difference of two medians: the two timings carry their spreads,
+    # and no difference is recorded as a figure (chapter 4 decides with compare)
+    for name in ("gpu_launch_seconds", "gpu_read_step_seconds"):
+        assert got[name].value > 0 and got[name].spread is not None and got[name].spread >= 0
     assert "n=20,000" in got["gpu_step_seconds_n1000000"].note
     large_n = int(got["gpu_step_seconds_large"].note.rsplit("n=", 1)[1].replace(",", ""))
     assert large_n in {20_000 * f for f in (10, 30, 100, 300)}

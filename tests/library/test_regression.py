@@ -72,3 +72,14 @@ def test_step_traffic_counts_the_operators_and_bytes_of_one_step() -> None:
 def test_step_timing_times_one_step() -> None:
     timing = regression.step_timing(*regression.timing_data(1_000, "cpu"), min_run_time=0.05)
     assert timing.median > 0 and "n=1,000" in timing.label
+
+
+def test_step_traffic_counts_the_backward_pass_too() -> None:
+    # The forward pass moves 28 bytes a row: the product reads x (8) and writes the
+    # prediction (4), the bias add reads and writes it (8), the loss reads it and y (8).
+    # The backward reads the prediction, y and x again and writes gradients: as much again,
+    # so a count that missed it would stay near 28. (On a GPU autograd runs the backward in
+    # its device thread; the counting mode reaches it through the thread-local state autograd
+    # carries into that thread, at::ThreadLocalState in torch 2.9 to 2.14.)
+    traffic = regression.step_traffic(*regression.timing_data(10_000, "cpu"))
+    assert traffic.bytes_per_row >= 50, traffic
