@@ -159,12 +159,13 @@ REPORT_ARGS ?=
 gpu-report:
 	$(REPORT_PY) tools/gpu_report.py $(REPORT_ARGS)
 
-# Wheels for an offline GPU server: WHEEL_PYTHON=3.12, and WHEEL_PLATFORM="tag tag ..." to
+# Wheels for an offline GPU server: WHEEL_PYTHON, the server's Python (3.12 by default, the
+# H200 image's, whose package listing the default kind uses), and WHEEL_PLATFORM="tag ..." to
 # replace the default platform tags (every manylinux x86-64 tag from 2_28 down to 2014).
 # By default only what a server image with torch and the scientific stack lacks (at most
 # 35 MB, MNIST included; WHEEL_SERVER_HAS=server.txt, that server's `pip list
 # --format=freeze`, for another image than the H200's); WHEEL_FULL=1 for a bare server.
-WHEEL_PYTHON ?= 3.11
+WHEEL_PYTHON ?= 3.12
 WHEEL_PLATFORM ?=
 WHEEL_SERVER_HAS ?=
 WHEEL_FULL ?=

@@ -175,6 +175,58 @@ def download(packages: list[str], out: Path, python: str, platforms: list[str],
     return wanted
 
 
+def target_environment(python: str, platforms: list[str]) -> dict[str, str]:
+    """The environment markers of a server running CPython ``python`` on the platform of the
+    first of ``platforms`` (pip evaluates markers for the Python that runs it, whatever
+    ``--python-version`` says: they are checked again here for the server's)."""
+    found = re.search(r"(x86_64|aarch64|i686|ppc64le|s390x|armv7l)$", platforms[0])
+    machine = found.group(1) if found else "x86_64"
+    return {"python_version": python, "python_full_version": f"{python}.0",
+            "implementation_name": "cpython", "platform_python_implementation": "CPython",
+            "sys_platform": "linux", "platform_system": "Linux", "os_name": "posix",
+            "platform_machine": machine}
+
+
+def unmet_requirements(out: Path, provided: frozenset[str], python: str,
+                       platforms: list[str]) -> list[str]:
+    """Each requirement of a wheel in ``out`` (its markers evaluated for the server, the extras
+    asked for followed) that neither a wheel in ``out`` (in a version it allows) nor a
+    distribution of ``provided`` (the server's: its version unknown here) meets."""
+    import zipfile
+    from email.parser import HeaderParser
+
+    from packaging.requirements import Requirement
+
+    wheels = {}
+    for path in out.glob("*.whl"):
+        with zipfile.ZipFile(path) as z:
+            meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+            headers = HeaderParser().parsestr(z.read(meta).decode("utf-8", "replace"))
+        wheels[_normal(headers["Name"])] = (headers["Version"],
+                                            headers.get_all("Requires-Dist") or [])
+    env = target_environment(python, platforms)
+    unmet, seen = [], set()
+    todo = [(name, "") for name in wheels]
+    while todo:
+        name, extra = todo.pop()
+        if (name, extra) in seen:
+            continue
+        seen.add((name, extra))
+        for line in wheels[name][1]:
+            req = Requirement(line)
+            if req.marker is not None and not req.marker.evaluate({**env, "extra": extra}):
+                continue
+            dep = _normal(req.name)
+            if dep in wheels:
+                if not req.specifier.contains(wheels[dep][0], prereleases=True):
+                    unmet.append(f"{name} needs {req}, the wheelhouse has {wheels[dep][0]}")
+                todo += [(dep, _normal(e)) for e in req.extras]
+            elif dep not in provided and not IMAGE_HAS.match(dep):
+                unmet.append(f"{name} needs {req}, which neither the wheelhouse nor the "
+                             "server has")
+    return sorted(set(unmet))
+
+
 def pack_mnist(raw: Path, out: Path) -> Path:
     """``MNIST/raw/*`` from ``raw`` into ``out/``:data:`MNIST_NAME`."""
     files = sorted(p for p in raw.iterdir() if p.is_file())
@@ -237,13 +289,19 @@ def main(argv: list[str] | None = None) -> int:
     pins = pinned_versions()
     names = [p.strip() for p in packages.split(",") if p.strip()]
     specs = [f"{n}=={pins[_normal(n)]}" if _normal(n) in pins else n for n in names]
+    platforms = args.platform or list(DEFAULT_PLATFORMS)
     wheel = build_helpers_wheel(out)
     print(f"helpers: {wheel.name}")
     got: list[str] = []
     if specs:
-        got = download(specs, out, args.python, args.platform or list(DEFAULT_PLATFORMS),
-                       server_has)
+        got = download(specs, out, args.python, platforms, server_has)
         print(f"downloaded {len(got)} wheel(s) for Python {args.python}")
+    unmet = unmet_requirements(out, server_has, args.python, platforms)
+    if unmet:
+        raise SystemExit("the wheelhouse would leave requirements unmet on the server (it is "
+                         "installed without dependencies): " + "; ".join(unmet) + ". Pass "
+                         "--server-has with the server's `pip list --format=freeze`, or ask "
+                         "for the missing package with --packages")
     # The names asked for (the helpers wheel is installed by its file name, if at all).
     (out / "requirements.txt").write_text("".join(f"{n}\n" for n in names))
     if not args.no_data:
@@ -256,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"data: {pack_mnist(raw, out).name}")
     size = megabytes(out)
     manifest = {"kind": "full" if args.full else "server", "python": args.python,
-                "platforms": args.platform or list(DEFAULT_PLATFORMS), "asked": names,
+                "platforms": platforms, "asked": names,
                 "wheels": got, "megabytes": round(size, 1),
                 "server_has": "none (a bare server)" if args.full else
                 str(args.server_has or "the H200 image's listing (2026-11-17)")}

@@ -69,6 +69,7 @@ def test_the_makefile_passes_each_named_platform():
     default = subprocess.run(["make", "-n", "-W", ".venv/.installed", "wheelhouse"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
     assert "--platform" not in default  # the script's default list applies
+    assert "--python 3.12" in default  # the H200 image's Python, as its listing
     assert "--full" not in default and "--server-has" not in default  # the server's kind
     full = subprocess.run(["make", "-n", "-W", ".venv/.installed", "wheelhouse", "WHEEL_FULL=1",
                            "WHEEL_SERVER_HAS="], cwd=ROOT, capture_output=True, text=True,
@@ -125,9 +126,7 @@ def fake_index(monkeypatch, resolved: dict[str, tuple[str, int]]) -> list[list[s
             dest = Path(cmd[cmd.index("--dest") + 1])
             for spec in (a for a in cmd if "==" in a):
                 name, version = spec.split("==")
-                size = resolved[name][1]
-                (dest / f"{name.replace('-', '_')}-{version}-py3-none-any.whl").write_bytes(
-                    b"w" * size)
+                make_wheel(dest, name, version, size=resolved[name][1])
         return subprocess.CompletedProcess(cmd, 0)
 
     monkeypatch.setattr(wheelhouse.subprocess, "run", run)
@@ -136,10 +135,24 @@ def fake_index(monkeypatch, resolved: dict[str, tuple[str, int]]) -> list[list[s
     return calls
 
 
-def _helpers_wheel(out: Path) -> Path:
-    path = out / "pytorch_on_the_gpu_helpers-0.1.0-py3-none-any.whl"
-    path.write_bytes(b"h" * 110_000)
+def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = (),
+               size: int = 0) -> Path:
+    """A wheel with the METADATA pip reads (name, version, Requires-Dist) of about ``size``
+    bytes."""
+    import zipfile
+
+    path = folder / f"{name.replace('-', '_')}-{version}-py3-none-any.whl"
+    meta = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+                    *(f"Requires-Dist: {r}\n" for r in requires)])
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name.replace('-', '_')}-{version}.dist-info/METADATA", meta)
+        z.writestr("padding", b"w" * max(size - 300, 0))
     return path
+
+
+def _helpers_wheel(out: Path) -> Path:
+    return make_wheel(out, "pytorch_on_the_gpu_helpers", "0.1.0", size=110_000,
+                      requires=("torch>=2.9", "numpy", "matplotlib"))
 
 
 def _fake_mnist(raw, out: Path) -> Path:
@@ -182,7 +195,7 @@ def test_a_server_wheelhouse_over_its_limit_is_refused_naming_the_largest_files(
 def test_another_servers_listing_decides_what_is_left_out(monkeypatch, tmp_path):
     listing = tmp_path / "server.txt"
     listing.write_text("# pip list --format=freeze\ntorch==2.11.0\nJupyter_Client==8.9\n"
-                       "tornado==6.5\n")
+                       "tornado==6.5\nnumpy==2.5.2\nmatplotlib==3.10.8\n")
     fake_index(monkeypatch, RESOLVED_FOR_THE_SERVER)
     out = tmp_path / "w"
     wheelhouse.main(["--out", str(out), "--server-has", str(listing), "--max-mb", "100"])
@@ -197,7 +210,8 @@ def test_another_servers_listing_decides_what_is_left_out(monkeypatch, tmp_path)
 
 def test_the_full_wheelhouse_for_a_bare_server_has_no_limit_and_leaves_nothing_out(
         monkeypatch, tmp_path):
-    resolved = {**RESOLVED_FOR_THE_SERVER, "numpy": ("2.4.6", 40_000_000)}
+    resolved = {**RESOLVED_FOR_THE_SERVER, "numpy": ("2.4.6", 40_000_000),
+                "matplotlib": ("3.11.2", 8_000_000)}
     calls = fake_index(monkeypatch, resolved)
     assert wheelhouse.main(["--out", str(tmp_path), "--full"]) == 0
     assert [a.split("==")[0] for a in calls[0] if "==" in a][:3] == ["nbclient", "nbformat",
@@ -231,3 +245,39 @@ def test_mnist_is_packed_with_xz_and_the_report_reads_it(tmp_path):
     from tools import gpu_report
 
     assert wheelhouse.MNIST_NAME in gpu_report.MNIST_ARCHIVES
+
+
+def test_every_requirement_is_met_for_the_servers_python_and_platform(tmp_path):
+    """The wheelhouse is installed without dependencies: each requirement of each wheel, its
+    markers evaluated for the server's Python (pip evaluates them for its own) and the extras
+    asked for followed, is met by a wheel there in a version it allows, or by the server."""
+    make_wheel(tmp_path, "a", "1.0", requires=(
+        "b>=2", "c; python_version >= '3.12'", "d; python_version < '3.12'", "e[x]",
+        "numpy>=2", "torch", "g; sys_platform == 'win32'", "h; platform_machine == 'aarch64'"))
+    make_wheel(tmp_path, "b", "1.0")
+    make_wheel(tmp_path, "e", "1.0", requires=("f; extra == 'x'", "k; extra == 'other'"))
+    x86 = ["manylinux_2_28_x86_64"]
+    assert wheelhouse.unmet_requirements(tmp_path, frozenset({"numpy"}), "3.12", x86) == [
+        "a needs b>=2, the wheelhouse has 1.0",
+        "a needs c; python_version >= \"3.12\", which neither the wheelhouse nor the server "
+        "has",
+        "e needs f; extra == \"x\", which neither the wheelhouse nor the server has"]
+    on_311 = wheelhouse.unmet_requirements(tmp_path, frozenset({"numpy"}), "3.11",
+                                           ["manylinux_2_34_aarch64"])
+    assert any(u.startswith("a needs d;") for u in on_311)
+    assert any(u.startswith("a needs h;") for u in on_311)
+    assert not any(u.startswith("a needs c;") for u in on_311)
+
+
+def test_a_wheelhouse_that_leaves_a_requirement_unmet_is_refused(monkeypatch, tmp_path):
+    fake_index(monkeypatch, RESOLVED_FOR_THE_SERVER)
+    real = make_wheel
+
+    def wheel_needing_more(folder, name, version, requires=(), size=0):
+        if name == "nbmake":
+            requires = ("pytest>=6", "nbconvert>=7")
+        return real(folder, name, version, requires, size)
+
+    monkeypatch.setitem(globals(), "make_wheel", wheel_needing_more)
+    with pytest.raises(SystemExit, match=r"nbmake needs nbconvert>=7, which neither"):
+        wheelhouse.main(["--out", str(tmp_path), "--python", "3.12"])
