@@ -147,6 +147,7 @@ def install_wheelhouse(wheelhouse: Path) -> None:
     dependencies (``--no-deps``: pip replaces and upgrades nothing the machine has), and
     unpack its MNIST archive."""
     requirements = wheelhouse / WHEELHOUSE_REQUIREMENTS
+    manifest = wheelhouse / "wheelhouse.json"
     if not requirements.exists():
         raise SystemExit(f"{wheelhouse} has no {WHEELHOUSE_REQUIREMENTS}: build it with "
                          "`python tools/wheelhouse.py --out DIR` on a machine with internet")
@@ -154,22 +155,38 @@ def install_wheelhouse(wheelhouse: Path) -> None:
     if same:
         print(f"Already here in the same version: {', '.join(same)}")
     if install:
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                        "--no-deps", *map(str, install)], check=True)
+        before = pip_check()
+        try:
+            subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                            "--no-deps", *map(str, install)], check=True)
+        except subprocess.CalledProcessError:
+            built = json.loads(manifest.read_text()).get("python") if manifest.exists() else None
+            raise SystemExit(
+                f"pip could not install the wheels of {wheelhouse} (its message is above). "
+                "The wheelhouse was built for Python "
+                f"{built or 'an unrecorded version'}, this is {sys.version_info.major}."
+                f"{sys.version_info.minor}: build one for this machine with `make wheelhouse "
+                "WHEEL_PYTHON=X.Y` (WHEEL_PLATFORM for another platform).") from None
         print(f"Installed {len(install)} wheel(s) from {wheelhouse}")
-        # What the new packages need and this machine lacks (its own conflicts not shown).
-        names = {_normal(w.name.split("-")[0]) for w in install}
-        check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
-                               text=True)
-        unmet = [line for line in check.stdout.splitlines()
-                 if line.split() and _normal(line.split()[0]) in names]
-        for line in unmet:
-            print(f"  pip check: {line}", file=sys.stderr)
+        # What the install broke or left unmet; what pip check said before is the machine's own.
+        new = sorted(pip_check() - before)
+        if new:
+            print("pip check, since the install (a chapter that imports these may fail; build "
+                  "the wheelhouse with --server-has, this machine's `pip list "
+                  "--format=freeze`):\n" + "\n".join(f"  {line}" for line in new),
+                  file=sys.stderr)
     importlib.invalidate_caches()  # the packages just installed must be importable now
     for name in MNIST_ARCHIVES:
         if (wheelhouse / name).exists():
             unpack_mnist(wheelhouse / name)
             break
+
+
+def pip_check() -> set[str]:
+    """What ``pip check`` says is unmet or conflicting here, a line each."""
+    check = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True,
+                           text=True)
+    return {line.strip() for line in (check.stdout or "").splitlines() if line.strip()}
 
 
 def unpack_mnist(archive: Path) -> Path:
@@ -694,8 +711,21 @@ def _written_by_a_report(path: Path, name: str) -> bool:
     return isinstance(doc, dict) and {"schema_version", "machine", "figures"} <= doc.keys()
 
 
+def _archive_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """The archive's members, read one at a time: past :data:`UNPACKED_LIMIT` bytes of files it
+    stops, before decompressing the rest (a small archive can expand enormously)."""
+    members, total = [], 0
+    for m in tar:
+        members.append(m)
+        total += max(m.size, 0) if m.isfile() else 0
+        if total > UNPACKED_LIMIT:
+            raise SystemExit(f"{tar.name} cannot be unpacked (nothing was): its files hold "
+                             f"over {UNPACKED_LIMIT / 2**20:g} MiB, more than a run writes")
+    return members
+
+
 def _archive_problems(members: list[tarfile.TarInfo], root: Path) -> list[str]:
-    problems, total = [], 0
+    problems, seen = [], set()
     for m in members:
         name = m.name
         parts = Path(name).parts
@@ -712,9 +742,9 @@ def _archive_problems(members: list[tarfile.TarInfo], root: Path) -> list[str]:
             problems.append(f"{name}: outside the checkout")
         elif (root / name).exists() and not _written_by_a_report(root / name, name):
             problems.append(f"{name}: would overwrite a file no report wrote")
-        total += max(m.size, 0)
-    if total > UNPACKED_LIMIT:
-        problems.append(f"{total / 2**20:.0f} MiB unpacked, over {UNPACKED_LIMIT / 2**20:g} MiB")
+        elif name in seen:
+            problems.append(f"{name}: twice in the archive")
+        seen.add(name)
     return problems
 
 
@@ -728,7 +758,7 @@ def unpack(archive: Path, root: Path = ROOT, limit: int = ARCHIVE_LIMIT) -> list
                          "an archive of a run may have: nothing unpacked")
     try:
         with tarfile.open(archive) as tar:
-            members = tar.getmembers()
+            members = _archive_members(tar)
             problems = _archive_problems(members, root)
             if problems:
                 raise SystemExit(f"{archive} cannot be unpacked (nothing was): "
@@ -740,31 +770,58 @@ def unpack(archive: Path, root: Path = ROOT, limit: int = ARCHIVE_LIMIT) -> list
                 tar.extractall(staging / "new", members=files, filter="data")
                 _move_into_place([m.name for m in files], staging, root)
             finally:
-                shutil.rmtree(staging, ignore_errors=True)
+                if not _kept_back(staging):
+                    shutil.rmtree(staging, ignore_errors=True)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise SystemExit(f"{archive} cannot be unpacked (nothing was): "
                          f"{type(exc).__name__}: {exc}") from None
     return [m.name for m in files]
 
 
+def _kept_back(staging: Path) -> bool:
+    """Whether a file the checkout had is still in ``staging``, not put back (see below)."""
+    return (staging / "KEPT").exists()
+
+
 def _move_into_place(names: list[str], staging: Path, root: Path) -> None:
+    """Move each of ``names`` from ``staging/new`` to the checkout ``root``, moving the file
+    it replaces to ``staging/old``; on any failure, undo every move, remove the folders made,
+    and should a file not go back, keep ``staging`` and say where it is."""
     done: list[tuple[Path, Path | None]] = []
+    made: list[Path] = []  # folders this made, outermost first
     try:
         for i, name in enumerate(names):
             target = root / name
             backup = None
-            if target.exists():
+            if target.exists() or target.is_symlink():
                 backup = staging / "old" / str(i)
                 backup.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(target, backup)
             done.append((target, backup))
+            missing = [p for p in target.parents if p.is_relative_to(root) and not p.exists()]
             target.parent.mkdir(parents=True, exist_ok=True)
+            made += reversed(missing)
             shutil.move(staging / "new" / name, target)
-    except BaseException:
+    except BaseException as failure:
+        stuck = []
         for target, backup in reversed(done):
-            target.unlink(missing_ok=True)
-            if backup is not None:
-                shutil.move(backup, target)
+            try:
+                target.unlink(missing_ok=True)
+                if backup is not None:
+                    shutil.move(backup, target)
+            except OSError as exc:
+                stuck.append(f"{target.relative_to(root)} ({backup}: {exc})")
+        for folder in reversed(made):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        if stuck:
+            (staging / "KEPT").write_text("\n".join(stuck) + "\n")
+            raise SystemExit(f"unpacking stopped ({type(failure).__name__}: {failure}) and "
+                             f"{len(stuck)} file(s) of the checkout could not be put back; "
+                             f"each is kept in {staging / 'old'}: " + "; ".join(stuck)
+                             ) from failure
         raise
 
 

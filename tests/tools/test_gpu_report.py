@@ -119,6 +119,12 @@ def test_the_report_runs_offline_from_a_copy_and_writes_into_that_copy(recorded)
     summary = json.loads((recorded["work"] / "report.json").read_text())
     assert "warning" in summary["chapters"]["98_warns"]["error"]
     assert "this chapter fails" in summary["chapters"]["99_fails"]["error"]
+    # no page, log, summary or result file names a folder of the machine (issue 27, item 4)
+    written = [p for folder in (recorded["work"], recorded["pages"] / slug)
+               for p in folder.rglob("*") if p.suffix in (".ipynb", ".log", ".json", ".xml")]
+    assert any(p.name == f"{slug}.json" for p in written), "the quick benchmark's result file"
+    for path in written:
+        assert str(recorded["tmp"]) not in path.read_text(errors="replace"), path
 
 
 @pytest.mark.slow
@@ -431,24 +437,47 @@ def test_the_wheelhouse_installs_only_what_is_missing_without_dependencies(
         monkeypatch, tmp_path, capsys):
     _wheels(tmp_path, "numpy-2.5.2", "ipykernel-7.4.0", "pytorch_on_the_gpu_helpers-0.1.0")
     pip = []
+    # pip check before the install (the server's own conflict), then after it: what the
+    # install left unmet, and a server package it broke (whatever the line's first name)
+    own = "scipy 1.0 has requirement numpy<2, but you have numpy 2.5.2.\n"
+    checks = iter([own, own + "ipykernel 7.4.0 requires debugpy, which is not installed.\n"
+                   "jupyterlab 3.0 has requirement ipykernel<7, but you have ipykernel 7.4.0.\n"])
 
     def run(cmd, **kw):
         pip.append(cmd)
-        return subprocess.CompletedProcess(cmd, 0, stdout="ipykernel 7.4.0 requires debugpy, "
-                                           "which is not installed.\nscipy 1.0 has an issue\n")
+        out = next(checks) if cmd[-2:] == ["pip", "check"] else ""
+        return subprocess.CompletedProcess(cmd, 0, stdout=out)
 
     monkeypatch.setattr(report.subprocess, "run", run)
     monkeypatch.setattr(report, "installed_versions", lambda: {"numpy": "2.5.2"})
     report.install_wheelhouse(tmp_path)
-    install, check = pip
+    before, install, after = pip
     assert install[install.index("install"):install.index("install") + 4] == [
         "install", "--quiet", "--no-index", "--no-deps"]
     assert [Path(a).name for a in install if a.endswith(".whl")] == [
         "ipykernel-7.4.0-py3-none-any.whl"]  # not numpy (the same version), not the helpers
-    assert check[-2:] == ["pip", "check"]
+    assert before[-2:] == after[-2:] == ["pip", "check"]
     out = capsys.readouterr()
     assert "Already here in the same version: numpy 2.5.2" in out.out
-    assert "requires debugpy" in out.err and "scipy" not in out.err
+    assert "requires debugpy" in out.err and "jupyterlab 3.0 has requirement ipykernel<7" \
+        in out.err and "--server-has" in out.err
+    assert "scipy" not in out.err, "the server's own conflicts are not the install's"
+
+
+def test_a_wheelhouse_pip_cannot_install_stops_the_report_saying_why(monkeypatch, tmp_path):
+    _wheels(tmp_path, "ipykernel-7.4.0")
+    (tmp_path / "wheelhouse.json").write_text('{"python": "3.9"}')
+
+    def run(cmd, **kw):
+        if "install" in cmd:
+            raise subprocess.CalledProcessError(1, cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout="")
+
+    monkeypatch.setattr(report.subprocess, "run", run)
+    monkeypatch.setattr(report, "installed_versions", lambda: {})
+    with pytest.raises(SystemExit, match=r"built for Python 3\.9, this is 3\.\d+.*"
+                                         r"WHEEL_PYTHON"):
+        report.install_wheelhouse(tmp_path)
 
 
 def test_the_installed_versions_are_read_by_normalised_name():
@@ -460,21 +489,43 @@ def test_the_installed_versions_are_read_by_normalised_name():
 
 # The lanes ---------------------------------------------------------------------------------
 
-TIMING = re.compile(r"perf_counter|helpers\.timing|\bbenchmark\(|\btimed\(|Timer\(|expect\(")
+#: What measures time in a chapter's code: the book's timers and claims, Python's clocks,
+#: CUDA events, IPython's timing magics, a helper's measured seconds read out.
+TIMING = re.compile(r"perf_counter|\bmonotonic\(|\btime\.time\(|helpers\.timing|\bbenchmark\("
+                    r"|\btimed\(|Timer\(|expect\(|enable_timing|elapsed_time\(|^%%?time"
+                    r"|\[[\"']seconds[\"']\]", re.M)
+GPUS = re.compile(r"^%%gpu_only\b.*--gpus[ =](\d+)")
+
+
+def timed_but_not_alone(runs_alone) -> list[str]:
+    """Each chapter cell that measures time (:data:`TIMING`) where ``runs_alone(stem,
+    gpu_count)`` says its chapter does not run alone on a machine that runs the cell (a
+    ``%%gpu_only --gpus N`` cell runs on N GPUs or more)."""
+    wrong = []
+    for stem in sorted(p.stem for p in report.chosen_chapters("")):
+        nb = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
+        for i, cell in enumerate(nb.cells):
+            gpus = GPUS.match(cell.source)
+            if cell.cell_type == "code" and TIMING.search(cell.source) and not \
+                    runs_alone(stem, int(gpus.group(1)) if gpus else 1):
+                wrong.append(f"{stem} cell {i}")
+    return wrong
 
 
 def test_every_chapter_that_times_something_runs_alone_and_the_table_names_real_chapters():
     stems = {p.stem for p in report.chosen_chapters("")}
     assert set(report.RUN_ALONE) <= stems and set(report.RUN_ALONE_FROM_GPUS) <= stems
-    for stem in sorted(stems):
-        nb = nbformat.read(ROOT / "chapters" / f"{stem}.ipynb", as_version=4)
-        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code"
-                         and not c.source.startswith("%%gpu_only --gpus"))
-        if TIMING.search(code):
-            assert report.runs_alone(stem, 1), f"{stem} times something: add it to RUN_ALONE"
+    assert timed_but_not_alone(report.runs_alone) == [], "add these chapters to RUN_ALONE"
     side_by_side = sorted(s for s in stems if not report.runs_alone(s, 1))
     assert side_by_side == ["01_devices", "07_data_parallel", "08_device_pitfalls"]
     assert report.runs_alone("07_data_parallel", 2)  # its two-GPU cell prints seconds
+
+
+@pytest.mark.parametrize("left_out", [*report.RUN_ALONE, *report.RUN_ALONE_FROM_GPUS])
+def test_the_guard_finds_a_timing_chapter_left_out_of_the_table(monkeypatch, left_out):
+    monkeypatch.delitem(report.RUN_ALONE, left_out, raising=False)
+    monkeypatch.delitem(report.RUN_ALONE_FROM_GPUS, left_out, raising=False)
+    assert any(w.startswith(f"{left_out} cell") for w in timed_but_not_alone(report.runs_alone))
 
 
 @pytest.fixture
@@ -667,8 +718,62 @@ def test_a_move_that_fails_half_way_puts_everything_back(tmp_path, monkeypatch):
         report.unpack(archive, root)
     assert page.read_bytes() == old
     assert not (root / "results" / "gpu-x1.json").exists()
-    assert not (root / "_build" / "gpu-report").exists() or not any(
-        (root / "_build" / "gpu-report").rglob("*.log"))
+    assert not (root / "_build" / "gpu-report").exists(), "the folders it made are removed"
+    assert not list((root / "_build").glob("unpack-*")), "no staging folder left"
+
+
+def test_a_file_that_cannot_be_put_back_is_kept_and_named(tmp_path, monkeypatch):
+    root = _checkout(tmp_path)
+    page = root / "results" / "pages" / "gpu-x1" / "03_matmul.ipynb"
+    old = page.read_bytes()
+    archive = _tar(tmp_path / "a.tar.xz", {"results/pages/gpu-x1/03_matmul.ipynb": PAGE,
+                                           "_build/gpu-report/tests.log": b"log"})
+    real_move = shutil.move
+
+    def failing_move(src, dst):
+        if str(dst).endswith("tests.log") or "old" in Path(src).parts:  # the move, the undo
+            raise OSError("disk full")
+        return real_move(src, dst)
+
+    monkeypatch.setattr(report.shutil, "move", failing_move)
+    with pytest.raises(SystemExit, match="could not be put back") as caught:
+        report.unpack(archive, root)
+    (staging,) = (root / "_build").glob("unpack-*")
+    assert str(staging / "old") in str(caught.value) and "03_matmul.ipynb" in str(caught.value)
+    (kept,) = (staging / "old").iterdir()
+    assert kept.read_bytes() == old, "the checkout's file is kept where the message says"
+
+
+def test_an_archive_naming_a_file_twice_unpacks_nothing(tmp_path):
+    import io
+
+    root = _checkout(tmp_path)
+    archive = tmp_path / "twice.tar.xz"
+    with tarfile.open(archive, "w:xz") as tar:
+        for data in (b"{}", b"[]"):
+            info = tarfile.TarInfo("results/gpu-x1.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(SystemExit, match="results/gpu-x1.json: twice in the archive"):
+        report.unpack(archive, root)
+    assert not (root / "results" / "gpu-x1.json").exists()
+
+
+def test_an_archive_that_expands_past_the_limit_is_refused_before_it_is_read_through(
+        tmp_path, monkeypatch):
+    root = _checkout(tmp_path)
+    archive = _tar(tmp_path / "big.tar.xz", {f"_build/gpu-report/{i}.log": bytes(6000)
+                                             for i in range(50)})
+    assert archive.stat().st_size < 6000, "zeros compress: a small archive, a large content"
+    monkeypatch.setattr(report, "UNPACKED_LIMIT", 10_000)
+    read = []
+    real_next = tarfile.TarFile.next
+    monkeypatch.setattr(tarfile.TarFile, "next", lambda self: read.append(1) or real_next(self))
+    with pytest.raises(SystemExit, match="over 0.00953674 MiB, more than a run writes"):
+        report.unpack(archive, root)
+    # of 50 members: the two that pass the limit (and tarfile.open's tries of each format)
+    assert len(read) < 10, "it stops at the member that passes the limit"
+    assert not (root / "_build" / "gpu-report").exists()
 
 
 def test_an_archive_over_16_mib_is_not_written(tmp_path):
