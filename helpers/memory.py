@@ -15,7 +15,12 @@ torch runs is watched, so the prediction comes from torch itself, not from a for
 
 :func:`measure_step_peak` measures the same step on a real device: on a CUDA GPU with
 ``torch.cuda.max_memory_allocated(device)``, on the CPU from the allocations the profiler
-records. :func:`read_oom_message` splits a CUDA out-of-memory message into its figures.
+records. What no replay can see, the workspace a library takes from the allocator inside
+one operation (cuDNN's convolutions on a GPU, oneDNN's scratchpad on a CPU), is measured per
+operation on the device by :func:`measure_training_memory` and added to the prediction at its
+moment (:meth:`MeasuredStep.with_prediction`). :func:`predict_autocast_saved` predicts what a
+forward pass saves under autocast from torch's CUDA or CPU op lists.
+:func:`read_oom_message` splits a CUDA out-of-memory message into its figures.
 """
 
 from __future__ import annotations
@@ -383,7 +388,8 @@ def predict_training_memory(
     later step repeats) is the one predicted. The **peak** is the largest total of the
     storages alive during it, each rounded up to ``round_to`` bytes (512 as the CUDA caching
     allocator does; 1 for the CPU). Memory outside the tensors torch creates (the CUDA
-    context, cuBLAS and cuDNN workspaces, scratch space inside kernels) is not included.
+    context, cuBLAS and cuDNN workspaces, scratch space inside kernels) is not included:
+    :func:`measure_training_memory` measures the workspaces on the device.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"batch_size must be a positive whole number, got {batch_size!r}")
