@@ -768,7 +768,12 @@ def unpack(archive: Path, root: Path = ROOT, limit: int = ARCHIVE_LIMIT) -> list
             staging = Path(tempfile.mkdtemp(prefix="unpack-", dir=root / "_build"))
             try:
                 tar.extractall(staging / "new", members=files, filter="data")
-                _move_into_place([m.name for m in files], staging, root)
+                names = [m.name for m in files]
+                failed = _pages_of_failed_chapters(staging / "new", names, root)
+                _move_into_place(names, staging, root, remove=failed)
+                for name in failed:
+                    print(f"Removed {name}: the run found that chapter failing (the report "
+                          "removes its page of an earlier run)")
             finally:
                 if not _kept_back(staging):
                     shutil.rmtree(staging, ignore_errors=True)
@@ -778,19 +783,42 @@ def unpack(archive: Path, root: Path = ROOT, limit: int = ARCHIVE_LIMIT) -> list
     return [m.name for m in files]
 
 
+def _pages_of_failed_chapters(new: Path, names: list[str], root: Path) -> list[str]:
+    """The checkout's pages, of the run's machine, of each chapter the run's summary (in the
+    unpacked folder ``new``) says failed: on its machine the report removed them, since no page
+    of an earlier run may survive a chapter that fails now; unpack does the same."""
+    try:
+        summary = json.loads((new / "_build" / "gpu-report" / "report.json").read_text())
+        slug, chapters = summary["run"]["slug"], summary["chapters"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    pages = []
+    for stem, result in chapters.items():
+        name = f"results/pages/{slug}/{stem}.ipynb"
+        path = root / name
+        if (not result.get("ok") and name not in names and _a_report_place(name)
+                and ".." not in Path(name).parts and path.is_file()
+                and path.resolve().is_relative_to(root.resolve())
+                and _written_by_a_report(path, name)):
+            pages.append(name)
+    return sorted(pages)
+
+
 def _kept_back(staging: Path) -> bool:
     """Whether a file the checkout had is still in ``staging``, not put back (see below)."""
     return (staging / "KEPT").exists()
 
 
-def _move_into_place(names: list[str], staging: Path, root: Path) -> None:
-    """Move each of ``names`` from ``staging/new`` to the checkout ``root``, moving the file
-    it replaces to ``staging/old``; on any failure, undo every move, remove the folders made,
-    and should a file not go back, keep ``staging`` and say where it is."""
+def _move_into_place(names: list[str], staging: Path, root: Path,
+                     remove: list[str] = ()) -> None:
+    """Move each of ``names`` from ``staging/new`` to the checkout ``root``, and each of
+    ``remove`` out of it, moving the file it replaces to ``staging/old``; on any failure, undo
+    every move, remove the folders made, and should a file not go back, keep ``staging`` and
+    say where it is."""
     done: list[tuple[Path, Path | None]] = []
     made: list[Path] = []  # folders this made, outermost first
     try:
-        for i, name in enumerate(names):
+        for i, name in enumerate([*names, *remove]):
             target = root / name
             backup = None
             if target.exists() or target.is_symlink():
@@ -798,6 +826,8 @@ def _move_into_place(names: list[str], staging: Path, root: Path) -> None:
                 backup.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(target, backup)
             done.append((target, backup))
+            if i >= len(names):
+                continue
             missing = [p for p in target.parents if p.is_relative_to(root) and not p.exists()]
             target.parent.mkdir(parents=True, exist_ok=True)
             made += reversed(missing)

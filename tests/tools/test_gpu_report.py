@@ -744,6 +744,48 @@ def test_a_file_that_cannot_be_put_back_is_kept_and_named(tmp_path, monkeypatch)
     assert kept.read_bytes() == old, "the checkout's file is kept where the message says"
 
 
+def test_unpack_removes_the_page_of_a_chapter_the_run_found_failing(tmp_path, monkeypatch):
+    """As the report does on its machine: no page of an earlier run survives a chapter that
+    fails now (the checkout's other pages, and anything outside them, stay)."""
+    root = _checkout(tmp_path)
+    pages = root / "results" / "pages" / "gpu-x1"
+    for stem in ("05_mnist", "11_cuda_semantics"):  # recorded by an earlier run
+        shutil.copy(pages / "03_matmul.ipynb", pages / f"{stem}.ipynb")
+    summary = {"run": {"slug": "gpu-x1"}, "chapters": {
+        "03_matmul": {"ok": True}, "05_mnist": {"ok": False}, "01_devices": {"ok": False}}}
+    archive = _tar(tmp_path / "a.tar.xz", {
+        "results/pages/gpu-x1/03_matmul.ipynb": PAGE,
+        "_build/gpu-report/report.json": json.dumps(summary).encode()})
+    assert sorted(report.unpack(archive, root)) == [
+        "_build/gpu-report/report.json", "results/pages/gpu-x1/03_matmul.ipynb"]
+    assert not (pages / "05_mnist.ipynb").exists(), "failed now: its old page is gone"
+    assert (pages / "11_cuda_semantics.ipynb").exists(), "not run now: its page stays"
+    # a summary naming other places removes nothing there
+    summary = {"run": {"slug": "../../chapters/x"}, "chapters": {"../01_devices": {"ok": False}}}
+    evil = _tar(tmp_path / "e.tar.xz", {
+        "_build/gpu-report/report.json": json.dumps(summary).encode()})
+    report.unpack(evil, root)
+    assert (root / "chapters" / "01_devices.ipynb").read_text() == "the chapter"
+    # a removal is undone with the rest when a later move fails
+    shutil.copy(pages / "03_matmul.ipynb", pages / "05_mnist.ipynb")
+    real_move = shutil.move
+
+    def failing_move(src, dst):
+        if str(src).endswith("11_cuda_semantics.ipynb"):
+            raise OSError("disk full")
+        return real_move(src, dst)
+
+    monkeypatch.setattr(report.shutil, "move", failing_move)
+    failed = {"05_mnist": {"ok": False}, "11_cuda_semantics": {"ok": False}}
+    with pytest.raises(SystemExit, match="disk full"):
+        report.unpack(_tar(tmp_path / "b.tar.xz", {
+            "results/pages/gpu-x1/03_matmul.ipynb": b"{}",
+            "_build/gpu-report/report.json": json.dumps({"run": {"slug": "gpu-x1"},
+                                                         "chapters": failed}).encode()}), root)
+    assert (pages / "05_mnist.ipynb").exists() and (pages / "11_cuda_semantics.ipynb").exists()
+    assert (pages / "03_matmul.ipynb").read_bytes() == PAGE
+
+
 def test_an_archive_naming_a_file_twice_unpacks_nothing(tmp_path):
     import io
 
