@@ -237,6 +237,8 @@ def run_logged(command: list[str], env: dict[str, str], log: Path, echo: bool) -
 
 
 def _last_line(log: Path) -> str:
+    if not log.exists():
+        return "no output"
     lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
     return lines[-1].strip() if lines else "no output"
 
@@ -588,10 +590,17 @@ def record(args: argparse.Namespace) -> int:
         command += ["tests/library", "tests/benchmark", "tests/book/test_troubleshooting_gpu.py"]
         print("Tests: " + " ".join(command[1:]) + f" (log: {shown(args.work / 'tests.log')})",
               flush=True)
-        tests = threading.Thread(target=lambda: summary.setdefault("tests", {
-            "command": command[1:], "returncode": run_logged(
-                command, env, args.work / "tests.log", echo=not beside),
-            "seconds": round(time.monotonic() - tic, 1)}))
+
+        def run_tests() -> None:
+            returncode = -1  # if running them fails, the summary says so
+            try:
+                returncode = run_logged(command, env, args.work / "tests.log", echo=not beside)
+            finally:
+                with lock:  # a chapter's thread may be writing the summary out
+                    summary["tests"] = {"command": command[1:], "returncode": returncode,
+                                        "seconds": round(time.monotonic() - tic, 1)}
+
+        tests = threading.Thread(target=run_tests)
         tests.start()
         wrote += [args.work / "tests.log", args.work / "tests.xml"]
     workers = max(1, min(args.workers, len(beside)))

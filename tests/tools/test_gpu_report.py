@@ -948,3 +948,15 @@ def test_the_benchmark_is_told_folders_inside_the_checkout_relative_to_it(lanes,
     (bench,) = calls
     assert bench[bench.index("--parts") + 1] == "_build/gpu-report-test-paths/bench-parts"
     assert bench[bench.index("--out") + 1] == "_build/gpu-report-test-paths/results"
+
+
+def test_tests_that_cannot_be_started_leave_a_summary_that_says_so(lanes, monkeypatch):
+    def broken_run_logged(command, env, log, echo):
+        raise OSError("no pytest here")
+
+    monkeypatch.setattr(report, "run_logged", broken_run_logged)
+    monkeypatch.setattr("threading.excepthook", lambda args: None)  # the thread's traceback
+    assert report.main([*lanes["args"], "--workers", "2", "--tests"]) == 1
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    assert summary["tests"]["returncode"] == -1
+    assert all(c["ok"] for c in summary["chapters"].values()), "the chapters still ran"
