@@ -25,8 +25,8 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-__all__ = ["describe_figure", "install_alt_text", "plot_history", "plot_speedups", "plot_sweep",
-           "plot_timings", "readable", "set_alt", "show_figure", "show_images"]
+__all__ = ["describe_figure", "figure_alt", "install_alt_text", "plot_history", "plot_speedups",
+           "plot_sweep", "plot_timings", "readable", "set_alt", "show_figure", "show_images"]
 
 
 def readable(value: float) -> str:
