@@ -126,6 +126,48 @@ def test_it_agrees_with_the_chapters():
     assert "enabled=fp16" in amp and "torch.bfloat16" in amp, "bf16 runs without a scaler"
 
 
+def amp_block() -> str:
+    return next(c for _, c, _ in python_blocks() if "GradScaler" in c)
+
+
+@pytest.mark.parametrize("device, capability, fp16", [
+    ("cuda", (7, 5), True),    # a T4: no fast bf16, and is_bf16_supported() says True
+    ("cuda", (7, 0), True),    # a V100
+    ("cuda", (8, 0), False),   # an A100: bf16
+    ("cuda", (9, 0), False),   # an H100 or H200
+    ("cpu", None, False), ("mps", None, False), ("xpu", None, False),
+])
+def test_the_amp_loop_picks_fp16_exactly_below_compute_capability_8(
+        device, capability, fp16, monkeypatch):
+    """The loop's own test of the device (its first line), on the devices the book names."""
+    first = amp_block().splitlines()[0]
+    assert first.startswith("fp16 = "), first
+
+    def get_device_capability(d):
+        assert torch.device(d).type == "cuda", "asked the capability of a non-CUDA device"
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", get_device_capability)
+    namespace = {"torch": torch, "device": torch.device(device, 0)}
+    exec(first, namespace)
+    assert namespace["fp16"] is fp16
+
+
+def test_the_amp_loop_runs_its_fp16_branch_with_the_scaler(restored):
+    """The loop as a T4 runs it (float16 autocast, an enabled GradScaler), here on the CPU,
+    where torch's GradScaler and float16 autocast work too: the scaler scales and steps."""
+    first, *rest = amp_block().splitlines()
+    namespace = setup_namespace()
+    before = [p.detach().clone() for p in namespace["model"].parameters()]
+    exec(compile("\n".join(["fp16 = True", *rest]), "cheatsheet.md:amp-fp16", "exec"),
+         namespace)
+    scaler = namespace["scaler"]
+    assert scaler.is_enabled() and scaler.get_scale() > 1, "the loss was not scaled"
+    after = list(namespace["model"].parameters())
+    assert any(not torch.equal(b, a) for b, a in zip(before, after, strict=True)), \
+        "the scaler skipped every step"
+
+
 @pytest.mark.parametrize("what", [
     "torch.amp.GradScaler", "torch.autocast", "torch.cuda.memory_summary",
     "torch.cuda.memory._record_memory_history", "torch.cuda.memory._dump_snapshot",
@@ -142,15 +184,61 @@ def test_it_links_every_chapter():
     chapters = [Path(f).name for f in toc_files() if re.match(r"chapters/\d\d_", f)]
     missing = [c for c in chapters if f"<{c}>" not in text]
     assert not missing, f"chapters the cheat sheet never links: {missing}"
-    assert "PYTORCH_ALLOC_CONF=expandable_segments:True" in text
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in text
 
 
-def test_the_skipped_block_uses_only_real_torch_functions():
-    """The GPU-only block is not run here: its functions exist, in every supported torch."""
-    for _, code, mark in python_blocks():
-        if mark and SKIP.fullmatch(mark):
-            for name in re.findall(r"\b(torch(?:\.\w+)+)\(", code):
-                obj = torch
-                for part in name.split(".")[1:]:
-                    obj = getattr(obj, part, None)
-                    assert obj is not None, f"{name} does not exist in torch {torch.__version__}"
+def allocator_headers() -> list[Path]:
+    """c10/cuda/CUDAAllocatorConfig.h of this torch and of every torch installed beside the
+    book (``make oldest``'s .venv-oldest holds the oldest supported one)."""
+    found = {Path(torch.__file__).parent / "include/c10/cuda/CUDAAllocatorConfig.h"}
+    found |= set(ROOT.glob(".venv*/lib/python3*/site-packages/torch/include/c10/cuda/"
+                           "CUDAAllocatorConfig.h"))
+    return sorted(f for f in found if f.exists())
+
+
+@pytest.mark.parametrize("page", ["cheatsheet.md", "symptoms.md", "09_troubleshooting.md"])
+def test_the_allocator_variable_taught_is_one_the_cuda_allocator_reads(page):
+    """Torch 2.9 warns that PYTORCH_CUDA_ALLOC_CONF is deprecated (c10/core/AllocatorConfig.cpp
+    parses PYTORCH_ALLOC_CONF first), yet its CUDA caching allocator reads only the old name:
+    a reader told to set PYTORCH_ALLOC_CONF=expandable_segments:True there gets nothing. The
+    variable a page tells the reader to set expandable_segments with is read by the CUDA
+    allocator of every torch installed here (its header's ``get_env`` calls)."""
+    headers = allocator_headers()
+    assert headers, "no c10/cuda/CUDAAllocatorConfig.h in the installed torch"
+    text = (ROOT / "chapters" / page).read_text()
+    taught = set(re.findall(r"`(PYTORCH_\w*ALLOC_CONF)=expandable_segments:True`", text))
+    assert taught, f"{page} does not say how to set expandable_segments"
+    for header in headers:
+        read = set(re.findall(r'get_env\("(PYTORCH_\w+)"\)', header.read_text()))
+        assert "PYTORCH_CUDA_ALLOC_CONF" in read, header
+        assert taught <= read, f"{page} teaches {taught - read}, which {header} never reads"
+
+
+def test_the_skipped_block_calls_real_torch_functions_as_they_take_arguments():
+    """The GPU-only block is not run here: each torch function it calls exists in this torch
+    and accepts the arguments it is given (names and number, bound to its signature)."""
+    import ast
+    import inspect
+
+    skipped = [code for _, code, mark in python_blocks() if mark and SKIP.fullmatch(mark)]
+    assert skipped
+    calls = 0
+    for code in skipped:
+        for node in ast.walk(ast.parse(code)):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if not name.startswith("torch."):
+                continue
+            obj = torch
+            for part in name.split(".")[1:]:
+                obj = getattr(obj, part, None)
+                assert obj is not None, f"{name} does not exist in torch {torch.__version__}"
+            args = [None] * len(node.args)
+            kwargs = {k.arg: None for k in node.keywords}
+            try:
+                inspect.signature(obj).bind(*args, **kwargs)
+            except TypeError as exc:
+                raise AssertionError(f"{ast.unparse(node)}: {exc}") from None
+            calls += 1
+    assert calls >= 4, calls

@@ -1233,3 +1233,33 @@ def test_links_point_to_chapters_that_exist() -> None:
     for link in set(links):
         assert f"chapters/{link}" in toc, f"{link} is not in the table of contents"
         assert (ROOT / "chapters" / f"{link}.ipynb").exists()
+
+
+def test_the_tensor_cores_fix_works_with_lightning_and_chapter_3s_way_raises(
+        troubleshooting: dict[str, Entry], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Lightning note's fix (err-lightning-tensor-cores) on an Ampere GPU, faked on the CPU:
+    Lightning's check reads torch.get_float32_matmul_precision(), which raises once TF32 was
+    switched on through fp32_precision (chapter 3 and the cheat sheet's way), and takes the
+    older setting the fix names. So the fix names the older one, alone in its process."""
+    from lightning.fabric.accelerators import cuda as lightning_cuda
+
+    fix = re.search(r"^\*\*Fix:\*\* (.+)$", troubleshooting["err-lightning-tensor-cores"].text,
+                    re.M)[1]
+    assert 'torch.set_float32_matmul_precision("high")' in fix and "no `fp32_precision`" in fix
+    check = lightning_cuda._check_cuda_matmul_precision.__wrapped__  # not its once-only cache
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA A100")
+    precision, legacy = (torch.backends.cuda.matmul.fp32_precision,
+                         torch.get_float32_matmul_precision())
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+            check(torch.device("cuda", 0))
+        torch.backends.cuda.matmul.fp32_precision = precision
+        torch.set_float32_matmul_precision("high")
+        check(torch.device("cuda", 0))  # no note, no error
+        assert torch.get_float32_matmul_precision() == "high"
+    finally:
+        torch.set_float32_matmul_precision(legacy)
+        torch.backends.cuda.matmul.fp32_precision = precision
