@@ -54,11 +54,7 @@ _TRANSFORMER = TransformerManager()
 
 #: Chapters other sessions are editing while this test lands: {file name: why it fails}.
 #: Each entry fails today (strict xfail): remove it once the chapter is fixed.
-KNOWN_FAILURES: dict[str, str] = {
-    "03_matmul.ipynb": "chapter 3 (another session's): the folded start-up cell (STARTUP_SCRIPT) "
-    "uses json, subprocess and sys, and the folded page-fault check uses sys, all imported "
-    "only in the removed 'check cells' tools' cell",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @dataclass
