@@ -321,10 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     print(f"{len(got) + 1} wheel(s){'' if args.no_data else ' and MNIST'}: {size:.1f} MB")
     if limit is not None and size > limit:
+        (out / "requirements.txt").unlink()  # the report installs no refused wheelhouse
         biggest = sorted(out.iterdir(), key=lambda p: p.stat().st_size, reverse=True)[:5]
         raise SystemExit(f"the wheelhouse is {size:.1f} MB, over its {limit:g} MB: the "
                          "largest files are " + ", ".join(
-                             f"{p.name} ({p.stat().st_size / 1e6:.1f} MB)" for p in biggest))
+                             f"{p.name} ({p.stat().st_size / 1e6:.1f} MB)" for p in biggest)
+                         + "; --max-mb raises the limit")
     print(f"Wheelhouse ready in {out}: copy it to the GPU server and run "
           f"`python tools/gpu_report.py --wheelhouse {out}` there.")
     return 0

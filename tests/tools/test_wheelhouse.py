@@ -190,6 +190,10 @@ def test_a_server_wheelhouse_over_its_limit_is_refused_naming_the_largest_files(
     fake_index(monkeypatch, {**RESOLVED_FOR_THE_SERVER, "nbmake": ("1.5.5", 12_000_000)})
     with pytest.raises(SystemExit, match=r"over its 35 MB.*nbmake-1\.5\.5"):
         wheelhouse.main(["--out", str(tmp_path), "--python", "3.12"])
+    from tools import gpu_report
+
+    with pytest.raises(SystemExit, match="has no requirements.txt"):
+        gpu_report.install_wheelhouse(tmp_path)  # what was refused is never installed
 
 
 def test_another_servers_listing_decides_what_is_left_out(monkeypatch, tmp_path):
