@@ -760,7 +760,8 @@ def _archive_problems(members: list[tarfile.TarInfo], root: Path) -> list[str]:
 def unpack(archive: Path, root: Path = ROOT, limit: int = ARCHIVE_LIMIT) -> list[str]:
     """Put a run's archive into the checkout ``root``, all of it or (on any problem) nothing:
     every member is checked first, then unpacked beside the checkout's files and moved into
-    place, the files it replaces kept until every move has succeeded."""
+    place, the files it replaces kept until every move has succeeded. The pages of chapters
+    the run found failing leave the checkout with it (:func:`_pages_of_failed_chapters`)."""
     size = archive.stat().st_size
     if size > limit:
         raise SystemExit(f"{archive} is {size / 2**20:.1f} MiB, over the {limit / 2**20:g} MiB "
@@ -801,11 +802,14 @@ def _pages_of_failed_chapters(new: Path, names: list[str], root: Path) -> list[s
         slug, chapters = summary["run"]["slug"], summary["chapters"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
+    if not isinstance(slug, str) or not isinstance(chapters, dict):
+        return []
     pages = []
     for stem, result in chapters.items():
         name = f"results/pages/{slug}/{stem}.ipynb"
         path = root / name
-        if (not result.get("ok") and name not in names and _a_report_place(name)
+        if (isinstance(result, dict) and result.get("ok") is False and name not in names
+                and _a_report_place(name)
                 and ".." not in Path(name).parts and path.is_file()
                 and path.resolve().is_relative_to(root.resolve())
                 and _written_by_a_report(path, name)):

@@ -766,6 +766,12 @@ def test_unpack_removes_the_page_of_a_chapter_the_run_found_failing(tmp_path, mo
         "_build/gpu-report/report.json": json.dumps(summary).encode()})
     report.unpack(evil, root)
     assert (root / "chapters" / "01_devices.ipynb").read_text() == "the chapter"
+    for odd in ({"run": {"slug": "gpu-x1"}, "chapters": ["11_cuda_semantics"]},
+                {"run": {"slug": ["gpu-x1"]}, "chapters": {}},
+                {"run": {"slug": "gpu-x1"}, "chapters": {"11_cuda_semantics": "failed"}}):
+        report.unpack(_tar(tmp_path / "o.tar.xz", {
+            "_build/gpu-report/report.json": json.dumps(odd).encode()}), root)
+    assert (pages / "11_cuda_semantics.ipynb").exists(), "a summary it cannot read removes none"
     # a removal is undone with the rest when a later move fails
     shutil.copy(pages / "03_matmul.ipynb", pages / "05_mnist.ipynb")
     real_move = shutil.move
