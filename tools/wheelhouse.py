@@ -20,6 +20,10 @@ numpy >= 2.3 publishes manylinux_2_28 wheels only):
   chapters use (:data:`PACKAGES`), each with its dependencies; never torch, torchvision,
   triton or NVIDIA's libraries, which the image has and which must match its driver.
 
+Either is refused when a requirement of one of its wheels, its markers evaluated for the
+server's Python, is met neither by another of its wheels nor by what the server has
+(:func:`unmet_requirements`): it is installed without dependencies.
+
 Both hold the book's helpers package, built from this checkout (the report itself runs the
 checkout's helpers; the wheel is for running chapters outside the book's folder);
 ``requirements.txt``, the names asked for; ``wheelhouse.json``, what was resolved and why each
