@@ -480,6 +480,19 @@ def test_a_wheelhouse_pip_cannot_install_stops_the_report_saying_why(monkeypatch
         report.install_wheelhouse(tmp_path)
 
 
+def test_an_install_that_mends_the_machines_requirements_reports_nothing(
+        monkeypatch, tmp_path, capsys):
+    _wheels(tmp_path, "nbformat-5.11.1")
+    checks = iter(["nbclient 0.11 requires nbformat, which is not installed.\n",
+                   "No broken requirements found.\n"])
+    monkeypatch.setattr(report.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 0, stdout=next(checks) if cmd[-1] == "check" else ""))
+    monkeypatch.setattr(report, "installed_versions", lambda: {})
+    report.install_wheelhouse(tmp_path)
+    assert "pip check" not in capsys.readouterr().err
+    assert next(checks, None) is None, "pip check ran before and after the install"
+
+
 def test_the_installed_versions_are_read_by_normalised_name():
     found = report.installed_versions()
     import nbformat as nbf
