@@ -20,7 +20,6 @@ pytestmark = pytest.mark.book
 #: Chapters (other sessions') whose own loops still use tqdm.auto, whose ipywidgets bar the
 #: static page shows blank: each should use helpers.training.progress (same arguments).
 WIDGET_BARS = {
-    "chapters/03_matmul": "chapter 3's size sweep: `from tqdm.auto import tqdm`",
     "chapters/04_linear_regression": "chapter 4's Adam loop (tqdm.auto) and "
     "helpers.regression.fit_regression(progress=True) (tqdm.auto)",
     "chapters/05_mnist": "chapter 5's hand-written epoch loop: `from tqdm.auto import tqdm`",
