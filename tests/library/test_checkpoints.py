@@ -99,13 +99,16 @@ def assert_loaded(model: nn.Module, expected: dict[str, torch.Tensor]) -> None:
         assert torch.equal(value, expected[name]), name
 
 
-def test_the_fake_gpu_host_moves_and_refuses_as_a_gpu_does(host):
+def test_the_fake_gpu_host_moves_and_refuses_as_a_gpu_does(host, request):
     weights = nn.Linear(3, 2)
     before = cpu_copy(weights)
     wrapped = nn.DataParallel(weights)
-    if not host:  # this host: a CPU moves nothing; a real GPU host moved it to cuda:0
-        assert wrapped.module.weight.device.type == ("cuda" if torch.cuda.is_available()
-                                                     else "cpu")
+    if request.node.callspec.params["host"] == "this host":
+        # DataParallel moves the module only where it sees exactly one GPU (two or more:
+        # it stays where it is, replicated at each forward); a CPU moves nothing.
+        one_gpu = torch.cuda.is_available() and torch.cuda.device_count() == 1
+        assert wrapped.module.weight.device.type == ("cuda" if one_gpu else "cpu")
+        assert not host, "the fake stays out of this host's run"
         return
     assert host, "DataParallel moved the module to the (fake) GPU"
     assert wrapped.module.weight.tolist() == before["weight"].tolist(), "with its values"
