@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -33,6 +34,10 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 #: The width of a notebook's progress line: within the book's 88 columns.
 PROGRESS_COLUMNS = 80
 
+# The terminal's cursor moves tqdm writes around a nested bar (position 1 and below):
+# a notebook line has no cursor, and shown as text they would replace the bar.
+_CURSOR_MOVES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
 
 class _ProgressLine:
     """A file for tqdm that keeps one line of text in a notebook output, updated in place.
@@ -50,6 +55,7 @@ class _ProgressLine:
     def write(self, text: str) -> None:
         from IPython.display import display
 
+        text = _CURSOR_MOVES.sub("", text)
         states = [part.rstrip() for part in text.replace("\n", "\r").split("\r")]
         states = [part for part in states if part]
         if not states or states[-1] == self.text:
@@ -104,6 +110,11 @@ def progress(iterable: Iterable[Any] | None = None, *, desc: str | None = None,
     it. All the bars of one cell share that line. Elsewhere (a script, a terminal, the tests)
     it is tqdm's terminal bar on stderr. The arguments are tqdm's.
     """
+    if iterable is not None and not (isinstance(iterable, Iterable)
+                                     or hasattr(type(iterable), "__getitem__")):
+        raise TypeError(f"progress() takes an iterable (a loader, a range, a list), not "
+                        f"{type(iterable).__name__}: for a count n, progress(range(n)), "
+                        f"or progress(total=n) and .update()")
     line = None if disable else _notebook_line()
     if line is None:
         return _TerminalBar(iterable, desc=desc, total=total, leave=leave, disable=disable,
