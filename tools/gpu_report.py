@@ -273,14 +273,20 @@ def stamp_page(nb, chapter, run: dict[str, Any]):
 def machine_places(*extra: tuple[Path | None, str]) -> list[tuple[str, str]]:
     """This machine's folders that a page, log or result file must not name, each with the
     word that stands for it (the book's folder is ``BOOK``, the home folder ``~``, Python's
-    own folders ``PYTHON`` and ``SITE``; ``extra`` adds the report's own, such as ``WORK``),
-    the longest first, so that the most precise word wins."""
+    own folders ``PYTHON``, ``STDLIB`` and ``SITE``; ``extra`` adds the report's own, such as
+    ``WORK``), the longest first, so that the most precise word wins."""
     import sysconfig
 
+    # A Python installed in a folder other programs share (/usr: Ubuntu's python3, the base
+    # of the H200 server's venv) is named by its library folders, not by that folder:
+    # /usr/local/cuda is no folder of Python's.
+    pythons = [(Path(p), "PYTHON") for p in {sys.prefix, sys.base_prefix}
+               if Path(p).resolve() not in SHARED_FOLDERS]
+    paths = sysconfig.get_paths()
     places: list[tuple[Path | None, str]] = [
-        *extra, (ROOT, "BOOK"), (Path.home(), "~"), (Path(sys.prefix), "PYTHON"),
-        (Path(sys.base_prefix), "PYTHON"),
-        *[(Path(sysconfig.get_paths()[k]), "SITE") for k in ("purelib", "platlib")]]
+        *extra, (ROOT, "BOOK"), (Path.home(), "~"), *pythons,
+        *[(Path(paths[k]), "STDLIB") for k in ("stdlib", "platstdlib")],
+        *[(Path(paths[k]), "SITE") for k in ("purelib", "platlib")]]
     found: dict[str, str] = {}
     for path, word in places:
         if path is None:
@@ -291,11 +297,22 @@ def machine_places(*extra: tuple[Path | None, str]) -> list[tuple[str, str]]:
     return sorted(found.items(), key=lambda item: -len(item[0]))
 
 
+#: Folders many programs share: a Python installed there is named by its library folders.
+SHARED_FOLDERS = frozenset(Path(p) for p in ("/", "/usr", "/usr/local", "/opt"))
+_ANSI_END = re.compile(r"\x1b\[[\d;]*m\Z")  # a colour code right before a path (tracebacks)
+
+
 def without_places(text: str, places: list[tuple[str, str]]) -> str:
     """``text`` with each of ``places`` replaced by its word, where it names that folder
-    (``/home/ann`` in ``/home/ann/book``, not in ``/home/anna``)."""
+    (``/home/ann`` in ``/home/ann/book``, not in ``/home/anna`` nor in ``/tmp/home/ann``)."""
+    def replace(match: re.Match, word: str) -> str:
+        before = match.string[max(0, match.start() - 12):match.start()]
+        inside_a_name = re.search(r"[\w.-]\Z", before) and not _ANSI_END.search(before)
+        return match.group() if inside_a_name else word
+
     for path, word in places:
-        text = re.sub(re.escape(path) + r"(?![\w.-])", lambda _, word=word: word, text)
+        text = re.sub(re.escape(path) + r"(?![\w.-])",
+                      lambda match, word=word: replace(match, word), text)
     return text
 
 
@@ -320,6 +337,17 @@ def scrub_file(path: Path, places: list[tuple[str, str]]) -> None:
         clean = without_places(text, places)
         if clean != text:
             path.write_text(clean)
+
+
+def scrub_command(result: Path, places: list[tuple[str, str]]) -> None:
+    """The result file's ``command`` (what the benchmark was told, a ``--work`` outside the
+    checkout among it), without this machine's folders; the figures are left as written."""
+    if result.is_file():
+        doc = json.loads(result.read_text())
+        command = doc.get("command")
+        if isinstance(command, str) and without_places(command, places) != command:
+            doc["command"] = without_places(command, places)
+            result.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
 
 
 def shown(path: Path) -> str:
@@ -510,6 +538,7 @@ def record(args: argparse.Namespace) -> int:
         tic = time.monotonic()
         bench_rc = run_logged(bench, env, args.work / "bench.log", echo=True)
         scrub_file(args.work / "bench.log", places)
+        scrub_command(out / f"{slug}.json", places)
         clock["benchmark"] = time.monotonic() - tic
         summary["benchmark"] = {"command": bench[1:], "returncode": bench_rc}
         wrote += [args.work / "bench.log", out / f"{slug}.json"]  # pack skips what is not
@@ -568,7 +597,7 @@ def record(args: argparse.Namespace) -> int:
                   f" ({ran['ran']})", flush=True)
             for line in [] if ok else problems or (
                     [error.strip().splitlines()[-1]] if error.strip() else []):
-                print("    " + line, flush=True)
+                print("    " + without_places(line, places), flush=True)
             # Rewritten after every chapter: a run cut short still says what it did.
             write_summary()
 

@@ -907,7 +907,30 @@ def test_the_machines_folders_are_replaced_by_words_where_they_are_folders():
     clean = report.without_places(text, places)
     assert clean.startswith("BOOK/helpers/x.py:3 | ~/.cache/y | WORK/bench.log | ")
     assert "/srv/run/workshop" in clean, "a folder's name inside another name stays"
-    assert str(report.ROOT) not in clean and sys.prefix not in clean
+    assert str(report.ROOT) not in clean
+    if Path(sys.prefix).resolve() not in report.SHARED_FOLDERS:  # /usr stays (below)
+        assert sys.prefix not in clean
+
+
+def test_a_python_in_a_shared_folder_is_named_by_its_library_folders(monkeypatch):
+    """The H200 server's venv is based on /usr (Ubuntu's python3): /usr itself stays, other
+    programs live there (/usr/local/cuda), while Python's library folders become words. A
+    folder's name at the end of a longer path is no folder of this machine (/tmp/home/ann);
+    one right after a colour code is (a traceback's file)."""
+    import sysconfig
+
+    venv, site = "/opt/torch/.venv", "/opt/torch/.venv/lib/python3.12/site-packages"
+    monkeypatch.setattr(sys, "prefix", venv)
+    monkeypatch.setattr(sys, "base_prefix", "/usr")
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {
+        "stdlib": "/usr/lib/python3.12", "platstdlib": "/usr/lib/python3.12",
+        "purelib": site, "platlib": site})
+    monkeypatch.setattr(Path, "home", lambda: Path("/home/ann"))
+    text = (f"/usr/local/cuda-13.0/lib64 | /usr/lib/python3.12/warnings.py:1 | {venv}/bin/python"
+            f" | {site}/torch/x.py | /tmp/home/ann/x | \x1b[32m/home/ann/x\x1b[0m")
+    assert report.without_places(text, report.machine_places()) == (
+        "/usr/local/cuda-13.0/lib64 | STDLIB/warnings.py:1 | PYTHON/bin/python | SITE/torch/x.py"
+        " | /tmp/home/ann/x | \x1b[32m~/x\x1b[0m")
 
 
 def test_pages_logs_and_result_files_name_no_folder_of_the_machine(lanes, monkeypatch):
@@ -979,3 +1002,35 @@ def test_tests_that_cannot_be_started_leave_a_summary_that_says_so(lanes, monkey
     summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
     assert summary["tests"]["returncode"] == -1
     assert all(c["ok"] for c in summary["chapters"].values()), "the chapters still ran"
+
+
+def test_the_result_files_command_names_no_work_folder_outside_the_checkout(lanes, monkeypatch):
+    """A --work outside the checkout is given to the benchmark as it is (--parts), and the
+    result file records its command: the report writes WORK there instead."""
+    import shlex
+
+    import torch
+
+    work = lanes["tmp"] / "w"
+    result: list[Path] = []
+
+    def bench(command, env, log, echo):
+        out = Path(command[command.index("--out") + 1])
+        out.mkdir(parents=True, exist_ok=True)
+        doc = {"schema_version": 1, "command": shlex.join(["python", "-m", *command[2:]]),
+               "figures": [{"value": 1.5}]}
+        from bench import __main__ as runner
+
+        result.append(out / f"{runner.machine_record(torch.device('cpu'))['slug']}.json")
+        result[0].write_text(json.dumps(doc, indent=1) + "\n")
+        log.write_text("done\n")
+        return 0
+
+    monkeypatch.setattr(report, "run_logged", bench)
+    args = [a for a in lanes["args"] if a != "--no-bench"]
+    assert report.main([*args, "--no-chapters", "--quick"]) == 0
+    doc = json.loads(result[0].read_text())
+    assert str(lanes["tmp"]) not in doc["command"]
+    assert "--parts WORK/bench-parts" in doc["command"], doc["command"]
+    assert doc["figures"] == [{"value": 1.5}]
+    assert "--parts" in doc["command"] and str(work) not in doc["command"]
