@@ -134,4 +134,19 @@ def chapter_setup(chapter: int | str, needs: str = "cpu", best_on: str = "gpu",
     if best_on == "multi-gpu" and devices.gpu_count() < 2:
         print("Cells that need two or more GPUs say so and are skipped here.")
     checks.register_magics(chosen)
+    _figures_with_alt_text()
     return chosen
+
+
+def _figures_with_alt_text() -> None:
+    """In a Jupyter kernel, every figure the chapter shows carries alt text from its first
+    cell on, matplotlib's own included (helpers.plotting.install_alt_text; issue 30)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - the book's environments have IPython
+        return
+    shell = get_ipython()
+    if shell is not None and getattr(shell, "kernel", None) is not None:
+        from . import plotting
+
+        plotting.install_alt_text(shell)

@@ -13,19 +13,13 @@ import re
 
 import pytest
 
-from tests.book.test_browser import browser, server  # noqa: F401  (the browser fixtures)
 from tests.support import toc_files
 
 pytestmark = pytest.mark.book
 
 #: Pages that fail today, in chapters other sessions own: {page: why}. Strict: remove an
 #: entry once its chapter is fixed.
-KNOWN_FAILURES = {
-    "chapters/04_linear_regression": "chapter 4 shows its loss curves (plt.subplots, "
-    "plt.show) before it first uses helpers.plotting, so the kernel's figures carry no alt "
-    "text yet: import helpers.plotting in its imports cell (or show the figure with "
-    "helpers.plotting.show_figure)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 _PATH_LIKE = re.compile(r"(\.(png|jpe?g|svg|gif)\b)|(/_images/)|\b[0-9a-f]{32,}\b")
 
 
@@ -53,7 +47,7 @@ def _params() -> list:
 
 
 @pytest.mark.parametrize("file", _params())
-def test_every_figure_says_what_it_shows(file, built_book, server, browser) -> None:  # noqa: F811
+def test_every_figure_says_what_it_shows(file, built_book, server, browser) -> None:
     if not (built_book / f"{file}.html").exists():
         pytest.skip(f"{file} is not in this build (BOOK_HTML: a small test book)")
     page = browser.new_page(viewport={"width": 1280, "height": 900})

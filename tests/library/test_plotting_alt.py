@@ -97,3 +97,22 @@ def test_the_extension_sets_alt_on_the_pages_image_by_the_pngs_hash() -> None:
     doc += nodes.image(uri=f"{one}.png", alt="given")
     assert figure_alt.set_alt_texts(doc, alts) == 1
     assert [img.get("alt") for img in doc.findall(nodes.image)] == ["One plot.", None, "given"]
+
+
+def test_a_chapters_setup_gives_matplotlibs_own_figures_alt_text() -> None:
+    # chapter 4 drew its first figure with matplotlib alone, before anything imported
+    # helpers.plotting, and its page showed the image's file path; chapter_setup (every
+    # chapter's setup cell) installs the alt text in the kernel
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in (
+        "import sys\nimport helpers\ndevice = helpers.chapter_setup(chapter=4, needs='cpu')\n"
+        "assert 'helpers.plotting' in sys.modules",
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([3, 2, 1])\n"
+        "ax.set(title='Loss', xlabel='step', ylabel='MSE loss')\nplt.show()",
+        "fig, ax = plt.subplots()\n_ = ax.plot([1, 2], label='cpu')\n_ = ax.legend()",
+    )]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    alts = [[out.metadata.get("image/png", {}).get("alt") for out in cell.outputs
+             if "image/png" in out.get("data", {})] for cell in nb.cells]
+    assert alts == [[], ["Loss: MSE loss against step."],
+                    ["values against position, one line each for cpu."]], alts
