@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
+import threading
 from pathlib import Path
 
 import matplotlib
@@ -16,6 +19,11 @@ HTML = BUILD / "html"
 STAGE = ROOT / "_executed"
 # Every chapter executed again with the oldest supported torch (`make oldest`).
 OLDEST = ROOT / "_oldest" / "chapters"
+# The browser the page tests read the built book in, and where they keep screenshots.
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SHOTS = BUILD / "screenshots"
 
 
 @pytest.fixture(autouse=True)
@@ -55,6 +63,36 @@ def built_book(request: pytest.FixtureRequest) -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return HTML
+
+
+@pytest.fixture(scope="module")
+def server(built_book: Path):
+    """The built book served over HTTP on a free local port: its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(built_book))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep the test log readable
+        pass
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (playwright) for the tests that read the built pages."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
 
 
 @pytest.fixture(scope="module")

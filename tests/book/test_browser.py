@@ -3,25 +3,17 @@ Playwright). Saves a screenshot of every page under _build/screenshots/."""
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
 import re
-import threading
 from pathlib import Path
 from urllib.parse import quote_plus
 
 import nbformat
 import pytest
 
-from tests.conftest import BUILD, ROOT, STAGE
+from tests.conftest import ROOT, SHOTS, STAGE
 from tests.support import read_entries, toc_files
 from tools.notebook import repository_url
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
-SHOTS = BUILD / "screenshots"
 
 pytestmark = pytest.mark.book
 
@@ -46,34 +38,6 @@ def image_outputs(file: str) -> int:
     nb = nbformat.read(path, as_version=4)
     return sum(1 for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
                if "image/png" in o.get("data", {}))
-
-
-@pytest.fixture(scope="module")
-def server(built_book: Path):
-    handler = functools.partial(_QuietHandler, directory=str(built_book))
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):  # keep the test log readable
-        pass
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright
-
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.mark.parametrize("file", toc_files())
