@@ -11,7 +11,6 @@ import re
 import nbformat
 import pytest
 
-from tests.book.test_browser import browser, server  # noqa: F401  (the browser fixtures)
 from tests.conftest import STAGE
 from tests.support import toc_files
 
@@ -20,10 +19,10 @@ pytestmark = pytest.mark.book
 #: Chapters (other sessions') whose own loops still use tqdm.auto, whose ipywidgets bar the
 #: static page shows blank: each should use helpers.training.progress (same arguments).
 WIDGET_BARS = {
+    "chapters/03_matmul": "chapter 3's copy-timing sweep: `from tqdm.auto import tqdm`",
     "chapters/04_linear_regression": "chapter 4's Adam loop (tqdm.auto) and "
     "helpers.regression.fit_regression(progress=True) (tqdm.auto)",
     "chapters/05_mnist": "chapter 5's hand-written epoch loop: `from tqdm.auto import tqdm`",
-    "chapters/06_image_folder": "chapter 6's epoch loop and worker sweep: tqdm.auto",
 }
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PROGRESS_LINE = re.compile(r"^.*\d+%\|.*\| *\d+/\d+ \[.*\]$")
@@ -52,8 +51,8 @@ def progress_lines(file: str) -> list[str]:
 
 
 @pytest.mark.parametrize("file", _params(WIDGET_BARS))
-def test_progress_shows_as_text_not_a_blank_widget(file, built_book, server,  # noqa: F811
-                                                   browser) -> None:  # noqa: F811
+def test_progress_shows_as_text_not_a_blank_widget(file, built_book, server,
+                                                   browser) -> None:
     _page(file, built_book)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     try:
@@ -71,8 +70,8 @@ def test_progress_shows_as_text_not_a_blank_widget(file, built_book, server,  # 
     "results/cpu-intel-xeon-processor-2c.json is a schema-1 file, written by the benchmark "
     "before result files named the book's commit; the fix is a new run of `python -m bench` "
     "on a quiet 2-core CPU machine (about 90 s), committed; then remove this mark"))
-def test_the_appendix_names_each_result_files_book_commit(built_book, server,  # noqa: F811
-                                                          browser) -> None:  # noqa: F811
+def test_the_appendix_names_each_result_files_book_commit(built_book, server,
+                                                          browser) -> None:
     file = "chapters/appendix_results"
     _page(file, built_book)
     page = browser.new_page(viewport={"width": 1280, "height": 900})
