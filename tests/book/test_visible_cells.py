@@ -16,7 +16,8 @@ What counts as visible:
   may rely on them.
 - ``remove-output`` only hides the output: the code is visible.
 
-Names a cell needs: every name it reads at its top level and not assigned there, every name
+Names a cell needs: every name it reads at its top level before assigning it there (in the
+order Python runs it: ``x = x + 1`` and ``total += 1`` need an earlier ``x``), every name
 its functions and classes read from the module (Python's ``symtable`` says which), and the
 ``{expression}`` arguments of its magics (``%pip install {HELPERS_SPEC}``,
 ``%%writefile {scripts}/train.py``). The bodies of ``%%writefile`` (and shell/HTML) cells are
@@ -86,7 +87,7 @@ def _scope_names(table: symtable.SymbolTable, names: CellNames) -> None:
         if top:
             if sym.is_assigned() or sym.is_imported() or sym.is_namespace():
                 names.defines.add(name)
-            elif sym.is_referenced():
+            if sym.is_referenced():  # read: needed unless the cell assigns it first
                 names.needs.add(name)
         elif sym.is_referenced() and sym.is_global() and not sym.is_declared_global():
             names.needs.add(name)
@@ -94,6 +95,82 @@ def _scope_names(table: symtable.SymbolTable, names: CellNames) -> None:
             names.defines.add(name)
     for child in table.get_children():
         _scope_names(child, names)
+
+
+class _ReadFirst(ast.NodeVisitor):
+    """The module-level names a cell reads before it assigns them, in the order Python
+    evaluates its top level (``x = x + 1`` and ``total += 1`` read first); the bodies of
+    functions, classes, lambdas and comprehensions are left to ``symtable``."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.read_first: set[str] = set()
+
+    def _load(self, name: str) -> None:
+        if name not in self.seen:
+            self.read_first.add(name)
+        self.seen.add(name)
+
+    def _visit_all(self, nodes) -> None:
+        for node in nodes:
+            if node is not None:
+                self.visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load):
+            self._load(node.id)
+        else:
+            self.seen.add(node.id)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.visit(node.value)
+        self._visit_all(node.targets)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._visit_all([node.value, node.annotation, node.target])
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self.visit(node.value)
+        if isinstance(node.target, ast.Name):
+            self._load(node.target.id)
+        self.visit(node.target)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._visit_all([node.value, node.target])
+
+    def visit_For(self, node: ast.For) -> None:
+        self._visit_all([node.iter, node.target, *node.body, *node.orelse])
+
+    visit_AsyncFor = visit_For
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        self._visit_all([node.type])
+        if node.name:
+            self.seen.add(node.name)
+        self._visit_all(node.body)
+
+    def visit_FunctionDef(self, node) -> None:
+        args = node.args
+        self._visit_all([*node.decorator_list, *args.defaults, *args.kw_defaults])
+        self.seen.add(node.name)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._visit_all([*node.decorator_list, *node.bases,
+                         *(k.value for k in node.keywords)])
+        self.seen.add(node.name)
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._visit_all([*node.args.defaults, *node.args.kw_defaults])
+
+    def _comprehension(self, node) -> None:
+        self.visit(node.generators[0].iter)  # the only part run in the cell's own scope
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    def visit_alias(self, node: ast.alias) -> None:
+        self.seen.add(node.asname or node.name.split(".")[0])
 
 
 def cell_names(source: str) -> CellNames:
@@ -117,7 +194,11 @@ def cell_names(source: str) -> CellNames:
         inner = cell_names(body)
         names.defines |= inner.defines
         names.needs |= inner.needs - names.defines
-    names.needs -= names.defines  # assigned in the same cell: the cell brings its own value
+    order = _ReadFirst()
+    order.visit(tree)
+    names.needs |= order.read_first  # `total += 1` reads total; symtable sees a store
+    # assigned in the same cell before it is read: the cell brings its own value
+    names.needs -= names.defines - order.read_first
     names.needs -= PROVIDED
     return names
 
@@ -195,3 +276,19 @@ def test_functions_magics_and_local_names() -> None:
     gpu = "%%gpu_only\nx = y + 1\n"
     assert cell_names(gpu).needs == {"y"} and cell_names(gpu).defines == {"x"}
     assert cell_names("display(df)\nz = 1\nz += 1\n").needs == {"df"}
+
+
+def test_a_name_read_before_the_cell_assigns_it_is_needed() -> None:
+    # the cell reads the earlier cell's value first: copied alone it stops with a NameError
+    assert cell_names("x = x + 1").needs == {"x"}
+    assert cell_names("total += 1").needs == {"total"}
+    assert cell_names("rows.append(1)\nrows = []").needs == {"rows"}
+    # assigned first, or bound by the statement itself: the cell brings its own value
+    for own in ("for i in range(3):\n    acc = i\nprint(acc, i)",
+                "try:\n    pass\nexcept ValueError as err:\n    print(err)",
+                "import os.path\nos.getcwd()",
+                "def f(a=1):\n    return g()\n\n\ndef g():\n    return f()\n\nf()",
+                "ys = [y * 2 for y in range(3)]\nprint(ys)",
+                "if (n := 3) > 2:\n    print(n)",
+                "with open(\"notes.txt\") as fh:\n    fh.read()"):
+        assert cell_names(own).needs == set(), own
