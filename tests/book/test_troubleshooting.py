@@ -304,11 +304,12 @@ def find_index_select(entry: Entry) -> None:
                ["index", "cpu", "cuda:0", "wrapper_CUDA__index_select"])
 
 
-def conv_backend(batch: int, side: int, kernel: int) -> str:
+def conv_backend(batch: int, side: int, kernel: int | tuple[int, int]) -> str:
     """The kernel PyTorch picks for a CPU batch of ``batch`` one-channel images (what a GPU
     model's convolution meets when the batch was left on the CPU): its choice is made from the
     input alone, so CPU weights stand in for the GPU's."""
-    x, w = torch.ones(batch, 1, side, side), torch.ones(1, 1, kernel, kernel)
+    height, width = (kernel, kernel) if isinstance(kernel, int) else kernel
+    x, w = torch.ones(batch, 1, side, side), torch.ones(1, 1, height, width)
     return torch._C._select_conv_backend(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
                                          None).name
 
@@ -333,6 +334,15 @@ def find_conv_input_type(entry: Entry) -> None:
     assert conv_backend(1, 28, 3) == conv_backend(1, 143, 3) == "Slow2d"  # 143^2 = 20,449
     assert conv_backend(1, 144, 3) == "Mkldnn"  # 144^2 = 20,736
     assert conv_backend(8, 28, 3) == conv_backend(1, 28, 5) == "Mkldnn"
+    assert conv_backend(1, 28, (5, 3)) == conv_backend(1, 28, (3, 7)) == "Slow2d", "a side of 3"
+    threads = torch.get_num_threads()
+    try:  # a 1x1 kernel on one thread: the plain kernel below 16 images
+        torch.set_num_threads(1)
+        assert conv_backend(15, 28, 1) == "Slow2d" and conv_backend(16, 28, 1) == "Mkldnn"
+        torch.set_num_threads(2)
+        assert conv_backend(15, 28, 1) == "Mkldnn"
+    finally:
+        torch.set_num_threads(threads)
 
 
 def raise_rnn_hidden() -> str | list[str]:
