@@ -516,14 +516,17 @@ class _AutocastPolicy(torch.overrides.TorchFunctionMode):
         elif name in _AUTOCAST_FP32_DTYPE[self.device_type] and kwargs.get("dtype") is None:
             return func(*args, **{**kwargs, "dtype": torch.float32})
         elif name == "cross_entropy" and self.device_type == "cuda":
-            # CUDA has no entry for cross_entropy: its parts, log_softmax (with
-            # dtype=float32) and nll_loss (float32), follow their own policies
+            # CUDA has no entry for cross_entropy: it runs as its parts, and its C++
+            # (cross_entropy_loss_symint, LossNLL.cpp) asks log_softmax for the input's
+            # own dtype, which autocast respects: the 16-bit log-probabilities are saved,
+            # then nll_loss (float32 list) saves a float32 copy of them as well
             # (label smoothing, which adds more, is left out)
             logits, target = args[:2]
-            log_p = nn.functional.log_softmax(logits, 1, dtype=torch.float32)
+            log_p = nn.functional.log_softmax(logits, 0 if logits.dim() == 1 else 1,
+                                              dtype=logits.dtype)
             keep = {k: kwargs[k] for k in ("weight", "ignore_index", "reduction")
                     if k in kwargs}
-            return nn.functional.nll_loss(log_p, target, **keep)
+            return nn.functional.nll_loss(self.cast(log_p, torch.float32), target, **keep)
         else:
             return func(*args, **kwargs)
         return func(*[self.cast(a, to) for a in args],

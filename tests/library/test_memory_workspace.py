@@ -8,8 +8,12 @@ allocator; and every profile the helpers open is checked against torch 2.10/2.11
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import warnings
 from functools import partial
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -244,9 +248,12 @@ def test_autocast_on_cuda_is_predicted_from_its_lists() -> None:
         for block in blocks:
             h = block(h)
         logits = net.head(h)
-        with torch.autocast("cpu", enabled=False):  # log_softmax in float32, then nll_loss
-            return nn.functional.nll_loss(torch.log_softmax(logits, 1, dtype=torch.float32),
-                                          y)
+        # CUDA's autocast has no entry for cross_entropy: its C++ asks log_softmax for the
+        # logits' own dtype (respected), then nll_loss (float32 list) casts the 16-bit
+        # log-probabilities to float32: both are saved
+        log_p = torch.log_softmax(logits, 1, dtype=logits.dtype)
+        with torch.autocast("cpu", enabled=False):
+            return nn.functional.nll_loss(log_p.float(), y)
 
     with torch.autocast("cpu", dtype=torch.bfloat16):
         live, _ = saved_tensor_bytes(cuda_like, exclude=[*net.parameters(), x, y])
@@ -264,9 +271,87 @@ def test_autocast_prediction_against_the_h200() -> None:
     fp32 = predict_training_memory(build, (784,), 8192, round_to=1).saved_activations
     cuda = predict_autocast_saved(build, (784,), 8192, device_type="cuda")
     assert fp32 == 1_611_202_564
-    assert abs(cuda / 1_456_521_220 - 1) < 0.001, cuda
+    assert cuda == 1_456_521_220  # to the byte (the 16-bit log-probabilities included)
     assert predict_autocast_saved(build, (784,), 8192, device_type="cuda",
                                   dtype=torch.float16) == cuda  # a T4's fp16: same bytes
+
+
+#: Runs the MLP's forward pass under torch's own CUDA autocast kernels, with no GPU: the
+#: tensors are fake CUDA tensors (FakeTensorMode), which autocast treats as CUDA tensors, so
+#: every cast is torch's, not the helper's lists. In a separate process: torch 2.9 initialises
+#: CUDA for them and aborts the process on a machine without a GPU.
+_FAKE_CUDA_AUTOCAST = """
+import sys
+from functools import partial
+
+import torch
+from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from helpers.memory import WideMLP, _on_meta, predict_autocast_saved, saved_tensor_bytes
+
+dtype = getattr(torch, sys.argv[1])
+build = partial(WideMLP, in_features=24, width=48, depth=3)
+mode, cuda = FakeTensorMode(), torch.device("cuda", 0)
+net = _on_meta(build)
+for module in net.modules():
+    for name, p in list(module._parameters.items()):
+        module._parameters[name] = nn.Parameter(FakeTensor(mode, p.detach(), cuda))
+x = FakeTensor(mode, torch.empty(256, 24, device="meta"), cuda)
+y = FakeTensor(mode, torch.empty(256, dtype=torch.long, device="meta"), cuda)
+torch.set_autocast_enabled("cuda", True)
+torch.set_autocast_dtype("cuda", dtype)
+try:
+    with mode:
+        saved, _ = saved_tensor_bytes(lambda: nn.functional.cross_entropy(net(x), y),
+                                      exclude=[*net.parameters(), x, y])
+finally:
+    torch.set_autocast_enabled("cuda", False)
+    torch.clear_autocast_cache()
+print(saved, predict_autocast_saved(build, (24,), 256, device_type="cuda", dtype=dtype))
+"""
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_autocast_on_cuda_against_torchs_own_cuda_kernels(dtype) -> None:
+    # the prediction before the fix missed the 16-bit log-probabilities cross_entropy saves
+    # on CUDA (160 KiB on the H200's MLP, 5 KiB here)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", _FAKE_CUDA_AUTOCAST, dtype], cwd=root,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    if done.returncode != 0 and not torch.cuda.is_available() \
+            and "CUDA" in done.stderr and "driver" in done.stderr:
+        pytest.skip(f"torch {torch.__version__} initialises CUDA for fake CUDA tensors")
+    assert done.returncode == 0, done.stderr[-2000:]
+    real, predicted = map(int, done.stdout.split())
+    assert real == predicted, (real, predicted)
+
+
+def _has_autocast_kernel(name: str, key: str) -> bool:
+    name = {"cross_entropy": "cross_entropy_loss"}.get(name, name)
+    for overload in ("", ".input", ".int", ".Tensor_Scalar"):
+        try:
+            return torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}{overload}",
+                                                                   key)
+        except RuntimeError:  # no such operator or overload
+            continue
+    raise AssertionError(f"no aten operator {name}")
+
+
+@pytest.mark.parametrize("device_type", ["cuda", "cpu"])
+def test_the_autocast_lists_are_torchs(device_type) -> None:
+    # every op the prediction casts has a kernel for this device's autocast in this torch
+    # (2.9 and 2.14 agree), and the differences the chapter teaches are torch's
+    key = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}[device_type]
+    listed = (memory._AUTOCAST_LOW | memory._AUTOCAST_FP32[device_type]
+              | memory._AUTOCAST_FP32_DTYPE[device_type])
+    for name in sorted(listed):
+        assert _has_autocast_kernel(name, key), (name, key)
+    assert _has_autocast_kernel("layer_norm", "AutocastCUDA")
+    assert not _has_autocast_kernel("layer_norm", "AutocastCPU")
+    assert not _has_autocast_kernel("cross_entropy", "AutocastCUDA")
+    assert _has_autocast_kernel("cross_entropy", "AutocastCPU")
 
 
 def test_autocast_prediction_bad_device() -> None:
