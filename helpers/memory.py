@@ -631,7 +631,7 @@ def _training_setup(
     model: Callable[[], nn.Module], input_shape: tuple[int, ...], batch_size: int,
     device: torch.device | str, optimizer: str | Callable[..., torch.optim.Optimizer],
     accumulate: int, set_to_none: bool, seed: int, what: str,
-) -> tuple[Callable[[], None], int, torch.device]:
+) -> tuple[Callable[..., None], int, torch.device]:
     """The step measure_training_peak and measure_training_memory measure, and the bytes
     alive before it starts."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
@@ -659,9 +659,9 @@ def _training_setup(
         classes = net(x[:1]).shape[-1]
     y = torch.randint(0, classes, (batch_size,), device=device)
 
-    def step() -> None:
+    def step(phase: Callable[[str], None] | None = None) -> None:
         training_step(net, opt, x, y, _cross_entropy, accumulate=accumulate,
-                      set_to_none=set_to_none)
+                      set_to_none=set_to_none, phase=phase)
 
     step()
     opt.zero_grad(set_to_none=set_to_none)
@@ -723,12 +723,18 @@ class _OpScratch(TorchDispatchMode):
         super().__init__()
         self.device = device
         self.names: list[str] = []
+        self.phases: list[str] = []
+        self.phase = "start"
         self.scratch: dict[int, int] = {}
         self.top = 0
+
+    def mark(self, phase: str) -> None:
+        self.phase = phase
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         index = len(self.names)
         self.names.append(str(func.overloadpacket.__name__))
+        self.phases.append(self.phase)
         if self.device.type != "cuda":
             with torch.profiler.record_function(f"{_OP_MARK}{index}"):
                 return func(*args, **(kwargs or {}))
@@ -777,10 +783,11 @@ def _marked_scratch(prof: torch.profiler.profile) -> dict[int, int]:
 class MeasuredStep:
     """What :func:`measure_training_memory` returns, in bytes (chapter 13).
 
-    ``peak`` is what :func:`measure_training_peak` returns; ``ops`` has one row per operation
-    of the measured step (``name``, ``scratch``): the workspace each one took from PyTorch's
-    allocator and gave back before it returned (cuDNN's convolution workspace on a GPU,
-    oneDNN's scratchpad on a CPU), measured on the device.
+    ``peak`` is what :func:`measure_training_peak` returns and ``start`` the bytes alive
+    when the step starts (weights, optimizer state, the batch); ``ops`` has one row per
+    operation of the measured step (``name``, ``phase``, ``scratch``): the workspace each one
+    took from PyTorch's allocator and gave back before it returned (cuDNN's convolution
+    workspace on a GPU, oneDNN's scratchpad on a CPU), measured on the device.
     """
 
     device: str
@@ -854,16 +861,26 @@ def measure_training_memory(
         before = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         with watch:
-            step()
+            step(phase=watch.mark)
         torch.cuda.synchronize(device)
         increase = max(watch.top, torch.cuda.max_memory_allocated(device)) - before
         scratch = watch.scratch
     else:
         with _cpu_profile() as prof, watch:
-            step()
+            step(phase=watch.mark)
         increase, _ = _running_peak(prof)
         scratch = _marked_scratch(prof)
-    ops = pd.DataFrame({"name": watch.names,
+    if not any("backward" in name  # nll_loss_backward at least (the step's loss)
+               for name, phase in zip(watch.names, watch.phases, strict=True)
+               if phase == "backward"):
+        # the mode is thread-local state that autograd's engine hands to the thread that
+        # runs backward (a thread per GPU on CUDA): without it the backward pass, where
+        # cuDNN's largest workspaces are, would go unmeasured
+        raise RuntimeError(
+            f"measure_training_memory saw no operation of the backward pass on {device} "
+            f"(torch {torch.__version__} did not pass its TorchDispatchMode to autograd's "
+            "backward thread): use measure_training_peak for the peak alone")
+    ops = pd.DataFrame({"name": watch.names, "phase": watch.phases,
                         "scratch": [scratch.get(i, 0) for i in range(len(watch.names))]})
     return MeasuredStep(device=str(device), peak=start + increase, start=start, ops=ops)
 

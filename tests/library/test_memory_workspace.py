@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import warnings
 from functools import partial
 from pathlib import Path
@@ -167,6 +168,43 @@ def test_the_cuda_bookkeeping(monkeypatch) -> None:
     assert watch.names == ["scratchy", "add"] and y.sum().item() == 6
     assert watch.scratch == {0: 700, 1: 0}
     assert watch.top == 5000  # the peak before the first reset is kept
+
+
+def test_each_operation_is_watched_in_its_phase() -> None:
+    step = measure_training_memory(Scratchy, (64,), 32, "cpu")
+    phases = dict(zip(step.ops["name"], step.ops["phase"], strict=False))
+    assert phases["scratchy"] == "forward" and phases["scratchy_backward"] == "backward"
+    assert step.ops["phase"].iloc[-1] == "optimizer step"
+
+
+def test_a_backward_pass_the_mode_does_not_reach_is_refused(monkeypatch) -> None:
+    # on CUDA autograd runs backward on a thread of its own, which gets the mode through
+    # the thread-local state the engine hands it; a plain Python thread gets none, as a
+    # torch that did not hand it over would
+    backward = torch.Tensor.backward
+
+    def elsewhere(self, gradient=None, *args, **kwargs) -> None:
+        # the caller's thread makes the gradient of the loss (an operation the mode sees,
+        # in the backward phase), the engine's thread does the rest
+        gradient = torch.ones_like(self) if gradient is None else gradient
+        failed = []
+        worker = threading.Thread(target=lambda: failed.extend(
+            _errors(backward, self, gradient, *args, **kwargs)))
+        worker.start()
+        worker.join()
+        assert not failed, failed
+
+    monkeypatch.setattr(torch.Tensor, "backward", elsewhere)
+    with pytest.raises(RuntimeError, match="no operation of the backward pass"):
+        measure_training_memory(Scratchy, (64,), 32, "cpu")
+
+
+def _errors(fn, *args, **kwargs) -> list[BaseException]:
+    try:
+        fn(*args, **kwargs)
+    except BaseException as exc:  # noqa: BLE001 - handed back to the test's thread
+        return [exc]
+    return []
 
 
 def timeline(*rows: tuple[str, int]) -> pd.DataFrame:
