@@ -115,7 +115,8 @@ def progress(iterable: Iterable[Any] | None = None, *, desc: str | None = None,
         raise TypeError(f"progress() takes an iterable (a loader, a range, a list), not "
                         f"{type(iterable).__name__}: for a count n, progress(range(n)), "
                         f"or progress(total=n) and .update()")
-    line = None if disable else _notebook_line()
+    # disabled, or written where the caller says (file=...): tqdm's own bar
+    line = None if disable or "file" in kwargs else _notebook_line()
     if line is None:
         return _TerminalBar(iterable, desc=desc, total=total, leave=leave, disable=disable,
                             **kwargs)

@@ -129,3 +129,11 @@ def test_a_sequence_with_getitem_only_is_accepted(capsys) -> None:
             return i * i
 
     assert list(progress(Squares(), desc="ds")) == [0, 1, 4]
+
+
+def test_a_file_given_is_where_the_bar_goes(page_line) -> None:
+    import io
+
+    out = io.StringIO()
+    assert list(progress(range(2), desc="to file", file=out)) == [0, 1]
+    assert "to file: 100%" in out.getvalue() and page_line == []
