@@ -851,6 +851,12 @@ def measure_training_memory(
     before it and after it: memory a library took for itself and gave back (cuDNN's
     convolution workspace, oneDNN's scratchpad, whose size grows with the CPU's threads).
     The meta replay cannot see it; :meth:`MeasuredStep.with_prediction` adds it.
+
+    On a GPU this resets the device's peak statistics, as :func:`measure_step_peak` does
+    (the step's own peak is kept across the resets): read a peak of your own before calling
+    it. The warm-up step before the measured one makes cuDNN's plans (and with
+    ``torch.backends.cudnn.benchmark`` its timing trials) and cuBLAS's workspaces, so the
+    measured step runs the algorithms every later step runs.
     """
     step, start, device = _training_setup(model, input_shape, batch_size, device, optimizer,
                                           accumulate, set_to_none, seed,
