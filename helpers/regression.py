@@ -179,9 +179,9 @@ def fit_regression(x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, lr: 
     logged: list[float] = []
     steps_range = range(steps)
     if progress:
-        from tqdm.auto import tqdm
+        from helpers.training import progress as progress_bar  # a text bar a page keeps
 
-        steps_range = tqdm(steps_range, desc=f"Adam on {device}", unit="step")
+        steps_range = progress_bar(steps_range, desc=f"Adam on {device}", unit="step")
 
     synchronize(device)
     tic = time.perf_counter()

@@ -20,9 +20,6 @@ pytestmark = pytest.mark.book
 #: static page shows blank: each should use helpers.training.progress (same arguments).
 WIDGET_BARS = {
     "chapters/03_matmul": "chapter 3's copy-timing sweep: `from tqdm.auto import tqdm`",
-    "chapters/04_linear_regression": "chapter 4's Adam loop (tqdm.auto) and "
-    "helpers.regression.fit_regression(progress=True) (tqdm.auto)",
-    "chapters/05_mnist": "chapter 5's hand-written epoch loop: `from tqdm.auto import tqdm`",
 }
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PROGRESS_LINE = re.compile(r"^.*\d+%\|.*\| *\d+/\d+ \[.*\]$")

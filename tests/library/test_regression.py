@@ -83,3 +83,19 @@ def test_step_traffic_counts_the_backward_pass_too() -> None:
     # carries into that thread, at::ThreadLocalState in torch 2.9 to 2.14.)
     traffic = regression.step_traffic(*regression.timing_data(10_000, "cpu"))
     assert traffic.bytes_per_row >= 50, traffic
+
+
+def test_fit_regression_shows_progress_with_the_books_text_bar(monkeypatch) -> None:
+    # tqdm.auto's ipywidgets bar is blank on a built page; helpers.training.progress is not
+    import helpers.training
+
+    seen = []
+
+    def fake_progress(iterable, **kwargs):
+        seen.append(kwargs)
+        return iterable
+
+    monkeypatch.setattr(helpers.training, "progress", fake_progress)
+    x, y = torch.randn(8, 2), torch.randn(8, 1)
+    regression.fit_regression(x, y, steps=3, progress=True)
+    assert seen == [{"desc": "Adam on cpu", "unit": "step"}]
