@@ -18,9 +18,7 @@ pytestmark = pytest.mark.book
 
 #: Chapters (other sessions') whose own loops still use tqdm.auto, whose ipywidgets bar the
 #: static page shows blank: each should use helpers.training.progress (same arguments).
-WIDGET_BARS = {
-    "chapters/03_matmul": "chapter 3's copy-timing sweep: `from tqdm.auto import tqdm`",
-}
+WIDGET_BARS: dict[str, str] = {}
 WIDGET = "application/vnd.jupyter.widget-view+json"
 PROGRESS_LINE = re.compile(r"^.*\d+%\|.*\| *\d+/\d+ \[.*\]$")
 
