@@ -111,7 +111,8 @@ def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
 def _bound_figures(device: torch.device, n: int, tag: str) -> list[Figure]:
     """What bounds a step on ``device``: launches or bytes (chapter 4)."""
     dev = str(device)
-    traffic = step_traffic(*timing_data(1_000, device))
+    traffic = step_traffic(*timing_data(n, device))  # at n, as chapter 4: a step's fixed
+    # bytes (parameters, Adam's state) spread over 1,000 rows would inflate the bytes a row
     src = torch.rand(2**25, device=device)  # 128 MiB: beyond any GPU's L2 cache
     dst = torch.empty_like(src)
     copy = benchmark(dst.copy_, src, device=device, label="copy")

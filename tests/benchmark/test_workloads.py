@@ -131,6 +131,12 @@ def test_regression_bound_figures_conform_and_add_up_on_the_cpu() -> None:
     assert got["step_operators"].value >= 7  # forward, loss, backward and Adam's updates
     # x (8 bytes a row) and y (4) are read at least once, and the prediction written
     assert got["step_bytes_per_row"].value >= 16
+    # counted at n rows, as chapter 4 counts them: at 1,000 a step's fixed bytes (the
+    # parameters and Adam's state) add 0.3 bytes a row
+    from helpers.regression import step_traffic, timing_data
+
+    at_n = step_traffic(*timing_data(20_000, "cpu")).bytes_per_row
+    assert got["step_bytes_per_row"].value == pytest.approx(at_n, rel=1e-9)
     # a read's cost is a difference of two medians: the two timings carry their spreads,
     # and no difference is recorded as a figure (chapter 4 decides with compare)
     for name in ("gpu_launch_seconds", "gpu_read_step_seconds"):
