@@ -40,6 +40,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
+	# matplotlib builds its font cache at its first import and says so on stderr: build it here,
+	# not in the first chapter that plots (whose page would show the notice).
+	$(PY) -c "import matplotlib.font_manager"
 	touch $@
 
 data: venv
@@ -120,6 +123,7 @@ $(OLDEST_VENV)/.requirements: requirements.txt pyproject.toml
 # (`make -j2 venv oldest-venv`, as CI does), but never write that folder at the same time.
 $(OLDEST_VENV)/.installed: $(OLDEST_VENV)/.requirements | $(VENV)/.installed
 	$(OLDEST_PY) -m pip install --quiet --no-deps -e .
+	$(OLDEST_PY) -c "import matplotlib.font_manager"  # its font cache, as for .venv
 	$(OLDEST_PY) -c "import torch, torchvision; assert torch.__version__.startswith('$(OLDEST_TORCH).'), torch.__version__"
 	touch $@
 
