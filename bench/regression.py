@@ -20,7 +20,7 @@ Figures (``quick=True`` uses 20,000 rows and says so in each note):
   :func:`helpers.regression.step_traffic`), ``gpu_copy_bandwidth`` (a 128 MiB copy),
   ``gpu_launch_seconds`` (one tiny operator queued back to back), ``gpu_read_step_seconds``
   (the same with ``.item()`` after it; both with their IQRs: one read's round trip is their
-  difference only where the spreads support one, as ``helpers.recipes.compare`` decides, so
+  difference only where the spreads support one, as ``helpers.timing.compare`` decides, so
   no difference is recorded as a figure), ``gpu_step_seconds_n1000``,
   ``gpu_step_seconds_n1000000`` and
   ``gpu_step_seconds_large`` (one step at each size; the large size, in its note, is the

@@ -20,9 +20,10 @@ CPU), prints what is missing and what to do instead of a traceback; chapters 11 
 :func:`cold_compile_cache` gives a block empty compiler caches, so that a first compilation is
 timed as on a fresh machine.
 
-:func:`compare` puts two timings side by side and gives a verdict only where their spreads
-allow one ("no measurable difference" otherwise); :func:`device_busy` measures how much of a
-step keeps a CUDA GPU busy, and :func:`fp32_convolutions_use_tf32` says whether "plain fp32"
+:func:`compare` (defined in :mod:`helpers.timing`, importable from here too) puts two timings
+side by side and gives a verdict only where their spreads allow one ("no measurable
+difference" otherwise); :func:`device_busy` measures how much of a step keeps a CUDA GPU
+busy, and :func:`fp32_convolutions_use_tf32` says whether "plain fp32"
 convolutions already run on TF32 tensor cores.
 """
 
@@ -42,6 +43,11 @@ from torch import nn
 
 from helpers.devices import resolve_device
 from helpers.models import MnistCNN
+from helpers.timing import (  # defined there; chapter 10 imports them from here
+    NO_DIFFERENCE,
+    Comparison,
+    compare,
+)
 
 __all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "NO_DIFFERENCE", "TF32_ADVICE", "Comparison",
            "CompileOutcome", "DeviceBusy", "RecipeStep", "bf16_is_fast", "cold_compile_cache",
@@ -355,9 +361,11 @@ def cold_compile_cache() -> Iterator[None]:
 
 
 def compile_cache_hits() -> int:
-    """How many compiled graphs this process has read from the compiler's cache on disk so far
-    (chapter 12): inductor's FX graph cache and AOTAutograd's cache (torch 2.9 to 2.14 count
-    their hits in ``torch._dynamo.utils.counters``). Read it before and after a first compiled
+    """How many times this process's compilations have read code from the compiler's cache on
+    disk so far (chapters 11 and 12): hits of inductor's FX graph cache and of AOTAutograd's
+    cache (torch 2.9 to 2.14 count them in ``torch._dynamo.utils.counters``). They are hits,
+    not graphs: one model read back from AOTAutograd's cache also reads its forward and its
+    backward graph from inductor's, three hits. Read it before and after a first compiled
     call: no new hit means the call generated its code, as on a fresh machine."""
     from torch._dynamo.utils import counters
 
@@ -365,105 +373,14 @@ def compile_cache_hits() -> int:
             + counters["aot_autograd"]["autograd_cache_hit"])
 
 
-# -- the verdict of a comparison, and what bounds a step ---------------------------------------
-
-#: What a comparison whose spreads cannot support a verdict says instead of a factor.
-NO_DIFFERENCE = "no measurable difference"
+# -- what bounds a step ----------------------------------------------------------------------
 
 
-def _time_figure(name: str, value: object, *, spread: bool) -> float:
+def _time_figure(name: str, value: object) -> float:
     if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or value < 0 or (not spread and value == 0)):
-        need = "a finite spread >= 0" if spread else "a positive finite time"
-        raise ValueError(f"{name} must be {need}, got {value!r}")
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f"{name} must be a positive finite time, got {value!r}")
     return float(value)
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Two timings of the same work, ``base`` (the reference, such as the plain step) and
-    ``other``, each a median and its spread (interquartile range), in one unit (chapter 12;
-    made by :func:`compare`).
-
-    A verdict needs two things: neither timing is noisy (its spread is at most
-    :data:`helpers.timing.NOISY_SPREAD` of its median), and the medians differ by more than
-    the spreads allow (the ranges *median ± IQR/2* do not overlap). Otherwise
-    :attr:`verdict` is :data:`NO_DIFFERENCE` and :meth:`describe` prints no factor.
-    """
-
-    base: float
-    base_iqr: float
-    other: float
-    other_iqr: float
-
-    def __post_init__(self) -> None:
-        for name in ("base", "other"):
-            _time_figure(name, getattr(self, name), spread=False)
-            _time_figure(f"{name}_iqr", getattr(self, f"{name}_iqr"), spread=True)
-
-    @property
-    def speedup(self) -> float:
-        """``base / other``: above 1 the other is faster. Quote it only where
-        :attr:`measurable`."""
-        return self.base / self.other
-
-    @property
-    def noisy(self) -> bool:
-        """True when either timing's spread is above ``NOISY_SPREAD`` of its median."""
-        from helpers.timing import NOISY_SPREAD
-
-        return (self.base_iqr > NOISY_SPREAD * self.base
-                or self.other_iqr > NOISY_SPREAD * self.other)
-
-    @property
-    def within_spread(self) -> bool:
-        """True when the medians differ by no more than half the two spreads together."""
-        return abs(self.base - self.other) <= (self.base_iqr + self.other_iqr) / 2
-
-    @property
-    def measurable(self) -> bool:
-        """True when the spreads support a verdict: neither noisy, the difference outside."""
-        return not self.noisy and not self.within_spread
-
-    @property
-    def verdict(self) -> str:
-        """``"faster"``, ``"slower"`` (the other against the base) or :data:`NO_DIFFERENCE`."""
-        if not self.measurable:
-            return NO_DIFFERENCE
-        return "faster" if self.other < self.base else "slower"
-
-    def describe(self, what: str, than: str = "the plain step") -> str:
-        """One line: the factor where :attr:`measurable`, else why there is no verdict."""
-        from helpers.timing import NOISY_SPREAD
-
-        if self.noisy:
-            why = f"a timing's spread is above {NOISY_SPREAD:.0%} of its median"
-            return f"{what}: {NO_DIFFERENCE} from {than} ({why})"
-        if self.within_spread:
-            return f"{what}: {NO_DIFFERENCE} from {than} (the gap is within the spreads)"
-        if self.verdict == "faster":
-            return f"{what}: {self.speedup:.2f}x as fast as {than}"
-        return f"{what}: {self.speedup:.2f}x the speed of {than}, slower"
-
-
-def _median_and_iqr(name: str, timing: object) -> tuple[float, float]:
-    if hasattr(timing, "median") and hasattr(timing, "iqr"):  # helpers.timing.Timing
-        return timing.median, timing.iqr  # type: ignore[attr-defined]
-    if isinstance(timing, tuple) and len(timing) == 2:
-        return timing
-    raise TypeError(f"{name} must be a helpers.timing.Timing or a (median, iqr) pair, "
-                    f"got {timing!r}")
-
-
-def compare(base: object, other: object) -> Comparison:
-    """Compare ``other`` with ``base`` (chapter 12; chapters 10 and 13 compare the same way).
-
-    Each is a :class:`helpers.timing.Timing` (from :func:`helpers.timing.benchmark`) or a
-    ``(median, iqr)`` pair in one unit. ``compare(plain, recipe).describe("channels_last")``
-    prints ``"channels_last: 1.16x as fast as the plain step"`` only where the spreads support
-    it, and ``"channels_last: no measurable difference from the plain step (...)"`` otherwise.
-    """
-    return Comparison(*_median_and_iqr("base", base), *_median_and_iqr("other", other))
 
 
 def fp32_convolutions_use_tf32(device: torch.device | str) -> bool:
@@ -506,7 +423,7 @@ class DeviceBusy:
 
     def share(self, step_ms: float) -> float:
         """The share of a step of ``step_ms`` milliseconds (its wall time) the GPU was busy."""
-        step_ms = _time_figure("step_ms", step_ms, spread=False)
+        step_ms = _time_figure("step_ms", step_ms)
         return self.busy_ms / step_ms
 
 

@@ -21,11 +21,15 @@ import torch.utils.benchmark as tbench
 __all__ = [
     "OVERSUBSCRIBED_MARGIN",
     "PEAK_TFLOPS",
+    "MIN_RUNS_TO_COMPARE",
+    "NO_DIFFERENCE",
     "CpuLoad",
+    "Comparison",
     "PeakFigures",
     "Timing",
     "NOISY_SPREAD",
     "benchmark",
+    "compare",
     "cpu_load",
     "device_clock",
     "matmul_flops",
@@ -239,6 +243,145 @@ class Timing:
             "noisy": self.noisy,
             "oversubscribed": self.oversubscribed,
         }
+
+
+# -- comparing two timings ---------------------------------------------------------------------
+
+#: What a comparison whose spreads cannot support a verdict says instead of a factor.
+NO_DIFFERENCE = "no measurable difference"
+
+#: The fewest measurements a timing needs for a verdict, where its count is known (the
+#: default ``min_runs`` of :func:`benchmark`).
+MIN_RUNS_TO_COMPARE = 5
+
+
+def _time_figure(name: str, value: object, *, spread: bool) -> float:
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value < 0 or (not spread and value == 0)):
+        need = "a finite spread >= 0" if spread else "a positive finite time"
+        raise ValueError(f"{name} must be {need}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two timings of the same work, ``base`` (the reference, such as the plain step) and
+    ``other``, each a median and its spread (interquartile range) in one unit, and where
+    known how many measurements each was taken over (made by :func:`compare`; chapters 4,
+    10 and 12).
+
+    A verdict needs three things: neither timing is noisy (its spread is at most
+    :data:`NOISY_SPREAD` of its median); each rests on at least
+    :data:`MIN_RUNS_TO_COMPARE` measurements, where the count is known; and the medians
+    differ by more than the two spreads together (the ranges *median ± IQR* do not
+    overlap). Otherwise :attr:`verdict` is :data:`NO_DIFFERENCE` and :meth:`describe`
+    prints no factor.
+
+    Why the whole spreads: of two timings of the *same* work (normal noise), with five
+    measurements each, a gap beyond half the two spreads still appears about one time in
+    four, beyond the two spreads about one time in twenty; with eight measurements, one in
+    twelve against one in three hundred. A sample's interquartile range says little below
+    five measurements (three: a gap beyond the spreads about one time in eight; two: one
+    in three).
+    """
+
+    base: float
+    base_iqr: float
+    other: float
+    other_iqr: float
+    base_runs: int | None = None
+    other_runs: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("base", "other"):
+            _time_figure(name, getattr(self, name), spread=False)
+            _time_figure(f"{name}_iqr", getattr(self, f"{name}_iqr"), spread=True)
+            runs = getattr(self, f"{name}_runs")
+            if runs is not None and (isinstance(runs, bool)
+                                     or not isinstance(runs, numbers.Integral) or runs < 1):
+                raise ValueError(f"{name}_runs must be None (not known) or a whole number "
+                                 f">= 1 of measurements, got {runs!r}")
+
+    @property
+    def speedup(self) -> float:
+        """``base / other``: above 1 the other is faster. Quote it only where
+        :attr:`measurable`."""
+        return self.base / self.other
+
+    @property
+    def noisy(self) -> bool:
+        """True when either timing's spread is above :data:`NOISY_SPREAD` of its median."""
+        return (self.base_iqr > NOISY_SPREAD * self.base
+                or self.other_iqr > NOISY_SPREAD * self.other)
+
+    @property
+    def too_few(self) -> bool:
+        """True when a timing's known count of measurements is below
+        :data:`MIN_RUNS_TO_COMPARE`."""
+        return any(runs is not None and runs < MIN_RUNS_TO_COMPARE
+                   for runs in (self.base_runs, self.other_runs))
+
+    @property
+    def resolution(self) -> float:
+        """The smallest gap between the medians that gives a verdict: the two spreads
+        together (a gap must be larger)."""
+        return self.base_iqr + self.other_iqr
+
+    @property
+    def within_spread(self) -> bool:
+        """True when the medians differ by no more than the two spreads together."""
+        return abs(self.base - self.other) <= self.resolution
+
+    @property
+    def measurable(self) -> bool:
+        """True when the timings support a verdict: neither noisy, enough measurements,
+        the gap beyond the spreads."""
+        return not self.noisy and not self.too_few and not self.within_spread
+
+    @property
+    def verdict(self) -> str:
+        """``"faster"``, ``"slower"`` (the other against the base) or :data:`NO_DIFFERENCE`."""
+        if not self.measurable:
+            return NO_DIFFERENCE
+        return "faster" if self.other < self.base else "slower"
+
+    def describe(self, what: str, than: str = "the plain step") -> str:
+        """One line: the factor where :attr:`measurable`, else why there is no verdict."""
+        if self.noisy:
+            why = f"a timing's spread is above {NOISY_SPREAD:.0%} of its median"
+        elif self.too_few:
+            why = f"a timing has fewer than {MIN_RUNS_TO_COMPARE} measurements"
+        elif self.within_spread:
+            why = "the gap is within the spreads"
+        elif self.verdict == "faster":
+            return f"{what}: {self.speedup:.2f}x as fast as {than}"
+        else:
+            return f"{what}: {self.speedup:.2f}x the speed of {than}, slower"
+        return f"{what}: {NO_DIFFERENCE} from {than} ({why})"
+
+
+def _median_iqr_runs(name: str, timing: object) -> tuple[float, float, int | None]:
+    if isinstance(timing, Timing):
+        return timing.median, timing.iqr, timing.runs
+    if isinstance(timing, tuple) and len(timing) in (2, 3):
+        return (*timing, None) if len(timing) == 2 else timing  # type: ignore[return-value]
+    raise TypeError(f"{name} must be a helpers.timing.Timing, a (median, iqr) pair or a "
+                    f"(median, iqr, measurements) triple, got {timing!r}")
+
+
+def compare(base: object, other: object) -> Comparison:
+    """Compare ``other`` with ``base`` (chapters 4, 10 and 12; the rule: :class:`Comparison`).
+
+    Each is a :class:`Timing` (from :func:`benchmark`, which knows its count of
+    measurements), a ``(median, iqr)`` pair or a ``(median, iqr, measurements)`` triple, in
+    one unit. ``compare(plain, recipe).describe("channels_last")`` prints
+    ``"channels_last: 1.16x as fast as the plain step"`` only where the timings support it,
+    and ``"channels_last: no measurable difference from the plain step (...)"`` otherwise.
+    """
+    base_median, base_iqr, base_runs = _median_iqr_runs("base", base)
+    other_median, other_iqr, other_runs = _median_iqr_runs("other", other)
+    return Comparison(base_median, base_iqr, other_median, other_iqr, base_runs=base_runs,
+                      other_runs=other_runs)
 
 
 def _fmt(seconds: float) -> str:
