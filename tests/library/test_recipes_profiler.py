@@ -82,3 +82,28 @@ def test_the_argument_exists_and_one_cycle_reports_everything() -> None:
                     torch.ones(4).sum()
     counts = {e.key: e.count for e in prof.key_averages()}
     assert counts["region"] == 3
+
+
+def _scheduled_counts(*, repeat: int, acc_events: bool) -> int:
+    from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+    warm = schedule(wait=1, warmup=1, active=3, repeat=repeat)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # 2.10 and 2.11 warn without acc_events
+        with profile(activities=[ProfilerActivity.CPU], schedule=warm,
+                     acc_events=acc_events) as prof:
+            for _ in range(5 * repeat):
+                with record_function("step"):
+                    torch.ones(4).sum()
+                prof.step()
+    return next(e.count for e in prof.key_averages() if e.key == "step")
+
+
+def test_a_schedule_reports_its_active_steps_only() -> None:
+    """Chapter 11 profiles five steps with schedule(wait=1, warmup=1, active=3): the table
+    holds the three active steps, with acc_events=True as without. Over two cycles
+    acc_events=True keeps both cycles' steps (six), without it only the last cycle's."""
+    assert _scheduled_counts(repeat=1, acc_events=True) == 3
+    assert _scheduled_counts(repeat=1, acc_events=False) == 3
+    assert _scheduled_counts(repeat=2, acc_events=True) == 6
+    assert _scheduled_counts(repeat=2, acc_events=False) == 3
