@@ -61,10 +61,6 @@ def test_progress_shows_as_text_not_a_blank_widget(file, built_book, server,
     assert not missing, f"{file}: progress lines the page does not show: {missing}"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "results/cpu-intel-xeon-processor-2c.json is a schema-1 file, written by the benchmark "
-    "before result files named the book's commit; the fix is a new run of `python -m bench` "
-    "on a quiet 2-core CPU machine (about 90 s), committed; then remove this mark"))
 def test_the_appendix_names_each_result_files_book_commit(built_book, server,
                                                           browser) -> None:
     file = "chapters/appendix_results"
