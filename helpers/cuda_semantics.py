@@ -143,7 +143,9 @@ def sync_debug(device: torch.device | str, mode: str = "warn") -> Iterator[list[
     torch reported in it (mode ``"warn"``); in mode ``"error"`` such a call raises
     ``RuntimeError`` inside the block instead. The mode is process-wide: the one in force
     before is restored on the way out, whatever happens. torch's one-time "prototype feature"
-    notice is dropped (it reports no call); any other warning of the block is passed on.
+    notice is dropped (it reports no call); any other warning of the block is passed on when
+    the block ends. Not thread-safe: the mode and the record of warnings are process-wide, so
+    a synchronising call or a warning of another thread during the block counts too.
     ``device`` must be a CUDA device: the mode exists for CUDA only.
     """
     _cuda(device, "sync-debug mode needs")

@@ -21,6 +21,10 @@ PROTOTYPE = ("Synchronization debug mode is a prototype feature and does not yet
              "synchronizing operations (Triggered internally at "
              "/pytorch/torch/csrc/cuda/Module.cpp:1003.)")
 
+# As a GPU words it: torch appends where in its C++ the warning was raised.
+GPU_SYNC_WARNING = (f"{SYNC_MESSAGE} (Triggered internally at "
+                    "/pytorch/c10/cuda/CUDAFunctions.cpp:170.)")
+
 
 class FakeCudaTorch:
     """The sync-debug state of torch's CUDA side: a process-wide mode and a one-time notice."""
@@ -45,7 +49,7 @@ class FakeCudaTorch:
         if self.mode == 2:
             raise RuntimeError(SYNC_MESSAGE)
         if self.mode == 1:
-            warnings.warn(SYNC_MESSAGE, UserWarning, stacklevel=2)
+            warnings.warn(GPU_SYNC_WARNING, UserWarning, stacklevel=2)
 
 
 @pytest.fixture
@@ -76,7 +80,7 @@ def test_each_synchronising_call_is_counted_once(fake: FakeCudaTorch) -> None:
         with sync_debug("cuda:0", "warn") as second:
             fake.synchronizing_call()
             fake.synchronizing_call()
-    assert first == [SYNC_MESSAGE] and second == [SYNC_MESSAGE, SYNC_MESSAGE]
+    assert first == [GPU_SYNC_WARNING] and second == [GPU_SYNC_WARNING, GPU_SYNC_WARNING]
 
 
 def test_error_mode_raises_inside_the_block_and_restores_the_mode(fake: FakeCudaTorch) -> None:
@@ -101,7 +105,7 @@ def test_other_warnings_of_the_block_reach_the_caller(fake: FakeCudaTorch) -> No
         with sync_debug("cuda") as calls:
             warnings.warn("something else", DeprecationWarning, stacklevel=1)
             fake.synchronizing_call()
-    assert calls == [SYNC_MESSAGE]
+    assert calls == [GPU_SYNC_WARNING]
 
 
 @pytest.mark.parametrize("device", ["cpu", "meta", "mps"])
