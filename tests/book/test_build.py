@@ -34,7 +34,7 @@ def _chapter(path: Path, executed: bool) -> None:
 def test_the_config_executes_nothing_and_loads_the_extension():
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
     assert config["execute"]["execute_notebooks"] == "off"
-    assert config["sphinx"]["local_extensions"] == {"book_build": "_ext"}
+    assert config["sphinx"]["local_extensions"] == {"book_build": "_ext", "figure_alt": "_ext"}
 
 
 def test_unexecuted_chapters_are_found(tmp_path):
