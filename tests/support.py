@@ -214,6 +214,17 @@ def write_results(folder: Path, monkeypatch: pytest.MonkeyPatch, gpu_machines: i
 # -- the book's pages --------------------------------------------------------------------------
 
 
+def lesson_and_check(notebook: Path, marker: str) -> tuple[str, str]:
+    """The source of the one cell of ``notebook`` that holds ``marker``, and of the hidden check
+    cell right after it (tagged ``remove-cell``, starting ``# Check``), to run on the CPU."""
+    cells = json.loads(notebook.read_text())["cells"]
+    (index,) = [i for i, c in enumerate(cells) if marker in "".join(c["source"])]
+    lesson, check = cells[index], cells[index + 1]
+    assert "remove-cell" in check["metadata"].get("tags", [])
+    assert "".join(check["source"]).startswith("# Check")
+    return "".join(lesson["source"]), "".join(check["source"])
+
+
 def toc_files() -> list[str]:
     """The book's pages, as _toc.yml lists them (paths without a suffix)."""
     import yaml

@@ -9,25 +9,20 @@ check holds on a GPU, and the real CPU path runs too.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.utils.data
 
 from tests.conftest import ROOT
+from tests.support import lesson_and_check
 
 NOTEBOOK = ROOT / "chapters" / "02_moving_tensors.ipynb"
 
 
 def _cells() -> tuple[str, str]:
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    (index,) = [i for i, c in enumerate(cells)
-                if "DataLoader(data, batch_size=16, pin_memory=pin)" in "".join(c["source"])]
-    lesson, check = cells[index], cells[index + 1]
-    assert "remove-cell" in check["metadata"].get("tags", [])
-    assert "".join(check["source"]).startswith("# Check:")
-    return "".join(lesson["source"]), "".join(check["source"])
+    lesson, check = lesson_and_check(NOTEBOOK, "DataLoader(data, batch_size=16, pin_memory=pin)")
+    assert check.startswith("# Check:")
+    return lesson, check
 
 
 class _OnGpu:

@@ -10,13 +10,12 @@ own summary cell and its hidden check run on recorded and synthetic epoch times.
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import pytest
 import torch
 
 from tests.conftest import ROOT
+from tests.support import lesson_and_check
 
 NOTEBOOK = ROOT / "chapters" / "10_trainers.ipynb"
 TRAINERS = ["hand-written loop (chapter 5)", "Accelerate", "torchkeras KerasModel",
@@ -24,14 +23,8 @@ TRAINERS = ["hand-written loop (chapter 5)", "Accelerate", "torchkeras KerasMode
 
 
 def _cells() -> tuple[str, str]:
-    cells = json.loads(NOTEBOOK.read_text())["cells"]
-    (index,) = [i for i, c in enumerate(cells)
-                if "summary = pd.DataFrame(results)" in "".join(c["source"])]
-    summary, check = cells[index], cells[index + 1]
-    assert "remove-cell" in check["metadata"].get("tags", [])
-    summary_code = "".join(summary["source"]).replace(
-        'committed = helpers.results.show_committed("mnist")', "")
-    check_code = "".join(check["source"])
+    summary, check_code = lesson_and_check(NOTEBOOK, "summary = pd.DataFrame(results)")
+    summary_code = summary.replace('committed = helpers.results.show_committed("mnist")', "")
     return summary_code, check_code[:check_code.index("# Floors")]  # the accuracy checks need a run
 
 
