@@ -136,6 +136,34 @@ def _check_figure(i: int, fig: Any) -> list[str]:
         problems.append(f"{where}: device must look like 'cpu' or 'cuda:0', got {fig['device']!r}")
     if not isinstance(fig["note"], str):
         problems.append(f"{where}: note must be a string")
+    if "conditions" in fig:  # optional: what a rate was measured under (matmul bursts)
+        problems += [f"{where}: {p}" for p in _check_conditions(fig["conditions"])]
+    return problems
+
+
+#: The readings a figure's ``conditions`` carry: each a number >= 0, or null with a reason.
+TELEMETRY_KEYS = ("sm_clock_mhz", "power_w", "temperature_c")
+
+
+def _check_conditions(cond: Any) -> list[str]:
+    """A figure's optional ``conditions``: its shape, product count and the GPU telemetry."""
+    if not isinstance(cond, dict):
+        return [f"conditions must be an object, got {type(cond).__name__}"]
+    problems = []
+    shape = cond.get("shape")
+    if not (isinstance(shape, list) and len(shape) == 3 and all(
+            isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in shape)):
+        problems.append(f"conditions.shape must be [m, n, k], positive integers, got {shape!r}")
+    missing = [key for key in TELEMETRY_KEYS if key not in cond]
+    if missing:
+        return problems + [f"conditions lacks {missing} (null where not read)"]
+    for key in TELEMETRY_KEYS:
+        if cond[key] is not None and not (_is_number(cond[key]) and cond[key] >= 0):
+            problems.append(f"conditions.{key} must be null or a number >= 0, got "
+                            f"{cond[key]!r}")
+    if any(cond[key] is None for key in TELEMETRY_KEYS) and not _nonempty_str(
+            cond.get("missing")):
+        problems.append("conditions must say why a reading is null (conditions.missing)")
     return problems
 
 
