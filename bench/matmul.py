@@ -26,20 +26,39 @@ Figures (``quick=False``; ``quick=True`` uses small sizes and says so in each no
   ``fp32_tflops_n8192``, ``fp16_tflops_n1024``, ``fp16_tflops_n4096``, ``fp16_tflops_n8192``,
   ``fp32_share_of_peak_n8192`` and ``fp16_share_of_peak_n8192`` (no TF32 or bf16 there);
   on an H100, ``fp32``, ``tf32`` and ``bf16`` up to n = 16384.
+
+Two figures per format say how close a matmul comes to the peak, each with the telemetry read
+while its products ran (``conditions``: the shape, the product count, and the SM clock in MHz,
+power draw in W and temperature in C, each null with the reason where nothing could read it,
+always on the CPU):
+
+- ``<mode>_burst_tflops``: a short burst after an idle pause, at the best shape of a small
+  search (:data:`helpers.matmul.BURST_SHAPES` on a GPU), clocks at boost, as the MAMF finder
+  measures it; ``<mode>_sustained_tflops``: back-to-back products at that shape for
+  :data:`SUSTAINED_SECONDS`, where power and heat set the clock; with
+  ``<mode>_burst_share_of_peak`` and ``<mode>_sustained_share_of_peak`` where the peak is known;
+- on the CPU, always, the same two in fp32 on small shapes: ``cpu_fp32_burst_gflops`` and
+  ``cpu_fp32_sustained_gflops``.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from bench.core import Figure, workload
 from helpers.matmul import (
+    BURST_SHAPES,
+    MatmulRate,
+    burst_rate,
     fp32_precision,
     num_threads,
     supported_modes,
+    sustained_rate,
     sweep_sizes,
     time_matmul,
 )
@@ -47,6 +66,47 @@ from helpers.timing import Timing, share_of_peak, synchronize
 
 #: The tutorials' product (m, k) @ (k, n), which chapter 3 times.
 TUTORIAL_SHAPE = (10_000, 200, 10_000)
+
+#: Seconds of back-to-back products behind a sustained figure (full run; quick: 0.2 s).
+SUSTAINED_SECONDS = 3.0
+#: The CPU's burst shapes (m, n, k) and sustained seconds, full run and quick run.
+CPU_BURST_SHAPES = ((512, 512, 512), (768, 768, 768), (1024, 1024, 1024))
+CPU_SUSTAINED_SECONDS = 2.0
+QUICK_SHAPES = ((128, 128, 128), (192, 192, 192), (256, 256, 256))
+QUICK_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class RateFigure(Figure):
+    """A burst or sustained rate, with the conditions it was measured under: written into the
+    result file beside the figure's other keys."""
+
+    conditions: dict[str, Any] | None = None
+
+
+def conditions(rate: MatmulRate) -> dict[str, Any]:
+    """What a result file records beside a burst or sustained figure."""
+    return {"kind": rate.kind, "shape": list(rate.shape), "products": rate.products,
+            "seconds": rate.seconds, **rate.telemetry.as_dict()}
+
+
+def _rate_figures(rate: MatmulRate, name: str, tag: str, *, scale: float = 1.0,
+                  unit: str = "TFLOP/s", peak_of: str | None = None) -> list[Figure]:
+    """The figure of a burst or sustained rate, and its share of the peak where known."""
+    m, n, k = rate.shape
+    how = (f"best of {len(rate.searched)} shapes after an idle pause; median of the "
+           f"fastest products" if rate.kind == "burst" else
+           f"{rate.products} back-to-back products over {rate.seconds:.1f} s")
+    note = f"{tag}{rate.mode} ({m}, {k}) @ ({k}, {n}), {rate.kind}: {how}; {rate.telemetry}"
+    out: list[Figure] = [RateFigure(name, rate.tflops * scale, unit, rate.device, None, note,
+                                    conditions(rate))]
+    share = share_of_peak(rate.tflops, peak_of, rate.mode) if peak_of else None
+    if share is not None:
+        out.append(Figure(f"{rate.mode}_{rate.kind}_share_of_peak", share, "fraction",
+                          rate.device, None,
+                          f"{tag}{rate.tflops:.1f} TFLOP/s of the dense {rate.mode} peak "
+                          f"quoted for {peak_of} in helpers.timing.PEAK_TFLOPS"))
+    return out
 
 __all__ = ["run"]
 
@@ -71,7 +131,7 @@ def _relative_spread(timing: Timing, value: float) -> float:
 def _cpu_figures(quick: bool) -> list[Figure]:
     m, k, n = (1000, 200, 1000) if quick else TUTORIAL_SHAPE
     size = 256 if quick else 2048
-    budget = 0.05 if quick else 1.0
+    budget = 0.05 if quick else 0.5
     tag = "quick run: " if quick else ""
     timing, tf = time_matmul(m, k, n, "cpu", warmup=1, min_run_time=budget)
     threads = torch.get_num_threads()
@@ -87,13 +147,19 @@ def _cpu_figures(quick: bool) -> list[Figure]:
             timing, tf = time_matmul(size, size, size, "cpu", warmup=1, min_run_time=budget)
         out.append(Figure(name, tf * 1e3, "GFLOP/s", "cpu", _relative_spread(timing, tf * 1e3),
                           f"{tag}fp32 square n={size}, {count} thread(s) of {threads}"))
+    burst = burst_rate("cpu", "fp32", QUICK_SHAPES if quick else CPU_BURST_SHAPES, idle=0.05)
+    sustained = sustained_rate("cpu", "fp32", burst.shape,
+                               seconds=QUICK_SECONDS if quick else CPU_SUSTAINED_SECONDS)
+    for rate in (burst, sustained):
+        out += _rate_figures(rate, f"cpu_fp32_{rate.kind}_gflops", tag, scale=1e3,
+                             unit="GFLOP/s")
     return out
 
 
 def _gpu_figures(device: torch.device, quick: bool, cpu_tutorial_seconds: float) -> list[Figure]:
     m, k, n = (1000, 200, 1000) if quick else TUTORIAL_SHAPE
     tag = "quick run: " if quick else ""
-    budget = 0.1 if quick else 1.0
+    budget = 0.1 if quick else 0.5
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
     out = []
 
@@ -120,17 +186,23 @@ def _gpu_figures(device: torch.device, quick: bool, cpu_tutorial_seconds: float)
                str(device), None, f"{tag}CPU seconds / {device} seconds, fp32"),
     ]
 
+    modes = supported_modes(device)
+    # Bursts first, on a GPU that has only run the short products above: clocks at boost.
+    bursts = {mode: burst_rate(device, mode, QUICK_SHAPES if quick else BURST_SHAPES,
+                               idle=0.05 if quick else 0.2) for mode in modes}
+    for rate in bursts.values():
+        out += _rate_figures(rate, f"{rate.mode}_burst_tflops", tag, peak_of=name)
+    _empty_cache(device)
+
     sizes = sweep_sizes(device, [256, 512] if quick else [1024, 4096, 8192, 16384])
-    for mode in supported_modes(device):
+    for mode in modes:
         achieved = {}
         for size in sizes:
             timing, tf = time_matmul(size, size, size, device, mode, min_run_time=budget)
             achieved[size] = tf
             out.append(Figure(f"{mode}_tflops_n{size}", tf, "TFLOP/s", str(device),
                               _relative_spread(timing, tf), f"{tag}square n={size}, {mode}"))
-            if device.type == "cuda":
-                with torch.cuda.device(device):
-                    torch.cuda.empty_cache()  # the next size needs different blocks
+            _empty_cache(device)  # the next size needs different blocks
         largest = sizes[-1]
         share = share_of_peak(achieved[largest], name, mode)
         if share is not None:
@@ -138,7 +210,20 @@ def _gpu_figures(device: torch.device, quick: bool, cpu_tutorial_seconds: float)
                               str(device), None,
                               f"{tag}{achieved[largest]:.1f} TFLOP/s of the dense {mode} peak "
                               f"quoted for {name} in helpers.timing.PEAK_TFLOPS"))
+
+    # Sustained last, at each burst's best shape: seconds of work, as long as power allows.
+    for mode, burst in bursts.items():
+        rate = sustained_rate(device, mode, burst.shape,
+                              seconds=QUICK_SECONDS if quick else SUSTAINED_SECONDS)
+        out += _rate_figures(rate, f"{mode}_sustained_tflops", tag, peak_of=name)
+        _empty_cache(device)
     return out
+
+
+def _empty_cache(device: torch.device) -> None:
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.empty_cache()
 
 
 @workload("matmul", chapter=3)

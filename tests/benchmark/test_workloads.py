@@ -46,9 +46,11 @@ def test_matmul_quick_on_cpu() -> None:
     _check_common(figures)
     got = _by_name(figures)
     assert set(got) == {"cpu_tutorial_product_seconds", "cpu_tutorial_product_gflops",
-                        "cpu_gflops_1thread", "cpu_gflops_all_threads"}
+                        "cpu_gflops_1thread", "cpu_gflops_all_threads",
+                        "cpu_fp32_burst_gflops", "cpu_fp32_sustained_gflops"}
     assert got["cpu_tutorial_product_seconds"].unit == "s"
-    for name in ("cpu_tutorial_product_gflops", "cpu_gflops_1thread", "cpu_gflops_all_threads"):
+    for name in ("cpu_tutorial_product_gflops", "cpu_gflops_1thread", "cpu_gflops_all_threads",
+                 "cpu_fp32_burst_gflops", "cpu_fp32_sustained_gflops"):
         assert got[name].unit == "GFLOP/s"
     for fig in figures:
         assert fig.value > 0, fig
