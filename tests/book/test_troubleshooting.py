@@ -978,6 +978,192 @@ def raise_numpy_not_writable() -> str | list[str]:
     return normalise(f"UserWarning: {caught[0].message}")
 
 
+# -- entries added by the method of issue 29 (most reported first within each group) ---------
+
+def _warned(fn: Callable[[], object]) -> str | list[str]:
+    """The warnings fn() gives, each as a traceback prints it: ``Category: message``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    assert caught, "no warning was given"
+    return [normalise(f"{w.category.__name__}: {w.message}") for w in caught]
+
+
+def raise_mat_shapes() -> str | list[str]:
+    return line(raised(lambda: nn.Linear(1024, 10)(torch.ones(64, 784))))
+
+
+def raise_size_mismatch_broadcast() -> str | list[str]:
+    return line(raised(lambda: torch.ones(64, 64) + torch.ones(64, 10)))
+
+
+def raise_inplace_modified() -> str | list[str]:
+    def step() -> None:
+        a = torch.ones(2, requires_grad=True)
+        b = a.exp()
+        b.add_(1)  # exp saved its output for backward; this overwrites it
+        b.sum().backward()
+    return line(raised(step))
+
+
+def raise_conv_channels() -> str | list[str]:
+    return line(raised(lambda: nn.Conv2d(3, 32, 3)(torch.ones(64, 1, 28, 28))))
+
+
+def raise_target_out_of_bounds() -> str | list[str]:
+    return line(raised(lambda: F.cross_entropy(torch.ones(2, 10), torch.tensor([10, 1]))))
+
+
+def raise_index_out_of_range() -> str | list[str]:
+    return line(raised(lambda: nn.Embedding(10, 3)(torch.tensor([10]))))
+
+
+def raise_conv_input_dims() -> str | list[str]:
+    return line(raised(lambda: nn.Conv2d(1, 32, 3)(torch.ones(64, 784))))
+
+
+def raise_multi_target() -> str | list[str]:
+    return line(raised(lambda: F.cross_entropy(torch.ones(2, 10), torch.zeros(2, 1).long())))
+
+
+def raise_target_size_broadcast() -> str | list[str]:
+    return _warned(lambda: F.mse_loss(torch.ones(64, 1), torch.ones(64)))
+
+
+def raise_leaf_inplace() -> str | list[str]:
+    return line(raised(lambda: torch.ones(2, requires_grad=True).sub_(1)))
+
+
+def raise_grad_scalar() -> str | list[str]:
+    return line(raised(lambda: (torch.ones(2, requires_grad=True) * 2).backward()))
+
+
+def raise_anomaly_nan() -> str | list[str]:
+    def step() -> None:
+        with torch.autograd.detect_anomaly():
+            x = torch.zeros(1, requires_grad=True)
+            (x / x).sum().backward()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        exc = raised(step)
+    first = f"{caught[0].category.__name__}: {caught[0].message}"
+    assert "Error detected in DivBackward0" in str(caught[1].message)  # the forward call
+    return [line(exc), normalise(first)]
+
+
+def raise_inference_tensor() -> str | list[str]:
+    with torch.inference_mode():
+        x = torch.ones(1, 2)
+    return line(raised(lambda: nn.Linear(2, 2)(x)))
+
+
+def raise_nonleaf_grad() -> str | list[str]:
+    return _warned(lambda: (torch.ones(2, requires_grad=True) * 2).grad)
+
+
+def raise_empty_parameters() -> str | list[str]:
+    return line(raised(lambda: torch.optim.SGD([], lr=0.1)))
+
+
+def raise_gradscaler_deprecated() -> str | list[str]:
+    if torch.cuda.is_available():
+        pytest.skip("the check expects no GPU (a second warning says so)")
+    first, no_cuda = _warned(lambda: torch.cuda.amp.GradScaler())
+    assert no_cuda.endswith("CUDA is not available.  Disabling.")
+    return first
+
+
+def raise_autocast_deprecated() -> str | list[str]:
+    if torch.cuda.is_available():
+        pytest.skip("the check expects no GPU (a second warning says so)")
+    return _warned(lambda: torch.cuda.amp.autocast())[0]
+
+
+def raise_lr_scheduler_order() -> str | list[str]:
+    opt = torch.optim.SGD([nn.Parameter(torch.ones(1))], lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, 1)
+    return _warned(scheduler.step)
+
+
+def raise_gradscaler_no_cuda() -> str | list[str]:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    return _warned(lambda: torch.amp.GradScaler("cuda"))
+
+
+def raise_autocast_no_cuda() -> str | list[str]:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    return _warned(lambda: torch.autocast("cuda"))
+
+
+def find_bf16_unsupported(entry: Entry) -> None:
+    in_source(TORCH / "amp" / "autocast_mode.py", without_prefix(entry.blocks[0], RuntimeError))
+
+
+def raise_embedding_dtype() -> str | list[str]:
+    return line(raised(lambda: nn.Embedding(10, 3)(torch.ones(2))))
+
+
+def raise_int_requires_grad() -> str | list[str]:
+    return line(raised(lambda: torch.tensor([1, 2], requires_grad=True)))
+
+
+def raise_stack_sizes() -> str | list[str]:
+    from torch.utils.data import default_collate
+
+    return line(raised(lambda: default_collate([torch.ones(3, 224, 224), torch.ones(1, 224, 224)])))
+
+
+def find_generator_device(entry: Entry) -> None:
+    in_library(LIB / "libtorch_cpu.so", without_prefix(entry.blocks[0], RuntimeError),
+               ["cuda", "cpu"])
+
+
+def raise_too_many_workers() -> str | list[str]:
+    # The suggested maximum is the CPUs this process may use; the quote is for 2 (Colab).
+    from torch.utils.data import DataLoader
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    loader = DataLoader(range(2), num_workers=cpus + 2)
+    warned = _warned(loader.check_worker_number_rationality)
+    return [re.sub(r"create \d+ worker processes in total. Our suggested max number of worker "
+                   r"in current system is \d+,", "create 4 worker processes in total. Our suggested "
+                   "max number of worker in current system is 2,", text) for text in warned]
+
+
+def raise_collate_pil() -> str | list[str]:
+    from PIL import Image
+    from torch.utils.data import default_collate
+
+    return line(raised(lambda: default_collate([Image.new("RGB", (2, 2))] * 2)))
+
+
+def raise_pickle_local() -> str | list[str]:
+    from multiprocessing.reduction import ForkingPickler
+
+    def main() -> None:  # a training script's main(), with a lambda handed to the DataLoader
+        transform = lambda x: x  # noqa: E731
+        ForkingPickler.dumps(transform)
+    return line(raised(main)).replace("raise_pickle_local.<locals>.", "")
+
+
+def find_pin_not_dense(entry: Entry) -> None:
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_cpu.so", quote, ["torch.cuda.FloatTensor"])
+    meta = str(raised(lambda: torch.ones(2, device=META).pin_memory()))
+    assert re.fullmatch(r"cannot pin '\w+' only dense CPU tensors can be pinned", meta), meta
+
+
+def find_pin_memory_thread(entry: Entry) -> None:
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    utils = TORCH / "utils" / "data" / "_utils"
+    in_source(utils / "pin_memory.py", quote.split("Caught RuntimeError ")[1].rstrip("."), ["0"])
+    # ExceptionWrapper.reraise (torch/_utils.py) builds the line: "Caught {type} {where}."
+    in_source(TORCH / "_utils.py", quote + "\nOriginal ",
+              ["RuntimeError", "in pin memory thread for device 0"])
+
+
 # -- the table: every entry of the page, its named check, and how or why ----------------------
 
 GPU_KERNEL = "raised only by a CUDA kernel or a CUDA tensor, which a machine without a GPU lacks"
@@ -1086,6 +1272,41 @@ ENTRIES: dict[str, Check] = {
     "err-numpy-object": Live(raise_numpy_object, "CPU"),
     "err-item-several-elements": Live(raise_item_several_elements, "CPU"),
     "err-numpy-not-writable": Live(raise_numpy_not_writable, "CPU"),
+    # Added by the method of issue 29
+    "err-mat-shapes": Live(raise_mat_shapes, "CPU"),
+    "err-size-mismatch-broadcast": Live(raise_size_mismatch_broadcast, "CPU"),
+    "err-inplace-modified": Live(raise_inplace_modified, "CPU"),
+    "err-conv-channels": Live(raise_conv_channels, "CPU"),
+    "err-target-out-of-bounds": Live(raise_target_out_of_bounds, "CPU"),
+    "err-index-out-of-range": Live(raise_index_out_of_range, "CPU"),
+    "err-conv-input-dims": Live(raise_conv_input_dims, "CPU"),
+    "err-multi-target": Live(raise_multi_target, "CPU"),
+    "err-target-size-broadcast": Live(raise_target_size_broadcast, "CPU"),
+    "err-leaf-inplace": Live(raise_leaf_inplace, "CPU"),
+    "err-grad-scalar": Live(raise_grad_scalar, "CPU"),
+    "err-anomaly-nan": Live(raise_anomaly_nan, "CPU, anomaly detection"),
+    "err-inference-tensor": Live(raise_inference_tensor, "CPU"),
+    "err-nonleaf-grad": Live(raise_nonleaf_grad, "CPU"),
+    "err-empty-parameters": Live(raise_empty_parameters, "CPU"),
+    "err-gradscaler-deprecated": Live(raise_gradscaler_deprecated, "CPU"),
+    "err-autocast-deprecated": Live(raise_autocast_deprecated, "CPU"),
+    "err-lr-scheduler-order": Live(raise_lr_scheduler_order, "CPU"),
+    "err-gradscaler-no-cuda": Live(raise_gradscaler_no_cuda, "CPU: no GPU"),
+    "err-autocast-no-cuda": Live(raise_autocast_no_cuda, "CPU: no GPU"),
+    "err-bf16-unsupported": Files(find_bf16_unsupported, "needs a CUDA GPU that cannot make a "
+                                  "bfloat16 tensor"),
+    "err-embedding-dtype": Live(raise_embedding_dtype, "CPU"),
+    "err-int-requires-grad": Live(raise_int_requires_grad, "CPU"),
+    "err-stack-sizes": Live(raise_stack_sizes, "CPU, default_collate"),
+    "err-generator-device": Files(find_generator_device, "needs CUDA as the default device (the "
+                                  "meta device does not check generators)"),
+    "err-too-many-workers": Live(raise_too_many_workers, "CPU, the loader's own check"),
+    "err-collate-pil": Live(raise_collate_pil, "CPU, default_collate"),
+    "err-pickle-local": Live(raise_pickle_local, "CPU, the pickler spawned workers use"),
+    "err-pin-not-dense": Files(find_pin_not_dense, "pinning needs a GPU's tensors and a GPU "
+                               "(the meta device words it otherwise, checked live)"),
+    "err-pin-memory-thread": Files(find_pin_memory_thread, "the pinning thread runs only "
+                                   "where CUDA runs"),
 }
 
 
