@@ -3,7 +3,8 @@ and the sync-debug mode chapters 4, 5 and 11 use to find the calls that wait for
 
 - :func:`async_error_report` runs a script with a bad class index in a fresh process and
   reports where the error surfaced: on a CUDA GPU, lines after the faulty call (the kernel's
-  device-side assert fires while Python has moved on), unless ``CUDA_LAUNCH_BLOCKING=1``.
+  device-side assert fires while Python has moved on), unless ``CUDA_LAUNCH_BLOCKING=1``;
+  :func:`async_error_reports` runs it both ways at once.
 - :func:`event_ms` times GPU work between two CUDA events on a device's current stream.
 - :func:`sync_debug` runs a block under ``torch.cuda.set_sync_debug_mode`` and lists the
   synchronising calls torch reported (chapter 4).
@@ -22,6 +23,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -33,6 +35,7 @@ from helpers.devices import resolve_device
 from helpers.timing import synchronize
 
 __all__ = ["ASYNC_ERROR_SCRIPT", "AsyncErrorReport", "Overlap", "async_error_report",
+           "async_error_reports",
            "SYNC_MESSAGE", "copy_compute_overlap", "event_ms", "sync_debug"]
 
 #: A script whose cross-entropy gets a target class that does not exist (10 of classes 0-9).
@@ -82,6 +85,27 @@ def async_error_report(device: torch.device | str, *, launch_blocking: bool = Fa
     """
     if not isinstance(launch_blocking, bool):
         raise TypeError(f"launch_blocking must be True or False, got {launch_blocking!r}")
+    return _run_faulty_script(device, (launch_blocking,), timeout)[0]
+
+
+def async_error_reports(device: torch.device | str, *,
+                        timeout: float = 300) -> tuple[AsyncErrorReport, AsyncErrorReport]:
+    """:func:`async_error_report` without and with ``CUDA_LAUNCH_BLOCKING=1``, the two fresh
+    processes run side by side, so the pair costs one process's start-up (chapter 11).
+
+    Returns ``(late, blocking)``. The processes share the device; that only delays their
+    kernels, and where each error surfaces does not depend on when a kernel runs: without
+    ``CUDA_LAUNCH_BLOCKING`` the faulty kernel waits behind the script's own queued work,
+    with it every launch waits for its kernel. ``timeout`` bounds the pair together.
+    """
+    late, blocking = _run_faulty_script(device, (False, True), timeout)
+    return late, blocking
+
+
+def _run_faulty_script(device: torch.device | str, launch_blocking: tuple[bool, ...],
+                       timeout: float) -> list[AsyncErrorReport]:
+    """Start one process of :data:`ASYNC_ERROR_SCRIPT` per entry of ``launch_blocking``, all
+    at once, wait for them within ``timeout`` seconds in all, and read each one's failure."""
     if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
             or not math.isfinite(timeout) or timeout <= 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
@@ -90,29 +114,47 @@ def async_error_report(device: torch.device | str, *, launch_blocking: bool = Fa
         raise ValueError("the meta device runs no kernels; pass 'cpu' or a CUDA device")
     faulty = next(i for i, line in enumerate(ASYNC_ERROR_SCRIPT.splitlines(), start=1)
                   if line.endswith("# the faulty call"))
-    env = {k: v for k, v in os.environ.items() if k != "CUDA_LAUNCH_BLOCKING"}
-    if launch_blocking:
-        env["CUDA_LAUNCH_BLOCKING"] = "1"
+    base_env = {k: v for k, v in os.environ.items() if k != "CUDA_LAUNCH_BLOCKING"}
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "faulty_target.py")
         with open(script, "w") as fh:
             fh.write(ASYNC_ERROR_SCRIPT)
+        deadline = time.monotonic() + timeout
+        procs: list[subprocess.Popen] = []
+        outputs: list[tuple[int, str, str]] = []
         try:
-            proc = subprocess.run([sys.executable, script, str(device)], capture_output=True,
-                                  text=True, timeout=timeout, env=env)
+            for blocking in launch_blocking:
+                env = dict(base_env, CUDA_LAUNCH_BLOCKING="1") if blocking else base_env
+                procs.append(subprocess.Popen(
+                    [sys.executable, script, str(device)], stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, env=env))
+            for proc in procs:
+                stdout, stderr = proc.communicate(
+                    timeout=max(deadline - time.monotonic(), 0))
+                outputs.append((proc.returncode, stdout, stderr))
         except subprocess.TimeoutExpired:
             raise TimeoutError(f"the faulty script did not finish on {device} within "
                                f"timeout={timeout} s; pass a larger timeout") from None
-    if proc.returncode == 0:
+        finally:  # none outlives the call: on a timeout, an error or an interrupt
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate()
+    return [_read_failure(script, faulty, device, *output) for output in outputs]
+
+
+def _read_failure(script: str, faulty: int, device: torch.device, returncode: int,
+                  stdout: str, stderr: str) -> AsyncErrorReport:
+    if returncode == 0:
         raise RuntimeError(f"the faulty script ran to the end on {device}; expected an error. "
-                           f"It printed:\n{proc.stdout}")
-    lines = [int(n) for n in re.findall(rf'File "{re.escape(script)}", line (\d+)', proc.stderr)]
-    errors = [line for line in proc.stderr.splitlines() if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
+                           f"It printed:\n{stdout}")
+    lines = [int(n) for n in re.findall(rf'File "{re.escape(script)}", line (\d+)', stderr)]
+    errors = [line for line in stderr.splitlines() if re.match(r"^[A-Za-z_.]*(Error|Exception): ", line)]
     if not lines or not errors:
         raise RuntimeError(f"could not find the failing line in the script's error output:\n"
-                           f"{proc.stderr[-3000:]}")
+                           f"{stderr[-3000:]}")
     return AsyncErrorReport(faulty_line=faulty, reported_line=lines[-1], error=errors[-1],
-                            printed=proc.stdout)
+                            printed=stdout)
 
 
 def _cuda(device: torch.device | str, what: str = "CUDA events and streams need") -> torch.device:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import torch
 
-from helpers.cuda_semantics import ASYNC_ERROR_SCRIPT, async_error_report
+from helpers import cuda_semantics
+from helpers.cuda_semantics import ASYNC_ERROR_SCRIPT, async_error_report, async_error_reports
 
 
 def test_the_faulty_call_is_marked_once_and_is_the_cross_entropy() -> None:
@@ -20,6 +23,71 @@ def test_on_the_cpu_the_error_is_raised_by_the_faulty_call() -> None:
     assert report.printed == "", "nothing after the faulty call ran"
 
 
+def test_both_ways_at_once_give_the_reports_of_one_way_at_a_time_on_the_cpu() -> None:
+    late, blocking = async_error_reports("cpu")
+    one = async_error_report("cpu")
+    assert late == blocking == one, (late, blocking, one)
+
+
+class _FakeFaultyScript:
+    """Stands for the faulty script's process as a CUDA GPU runs it: without
+    CUDA_LAUNCH_BLOCKING the device-side assert surfaces at the .item() line, with it at the
+    faulty call. Records when each process starts and is waited for."""
+
+    events: list[str] = []
+    hang = False
+
+    def __init__(self, args, *, stdout, stderr, text, env) -> None:  # noqa: ANN001
+        assert stdout is stderr is subprocess.PIPE and text
+        self.script, self.blocking = args[1], env.get("CUDA_LAUNCH_BLOCKING") == "1"
+        self.returncode = None
+        self.killed = False
+        self.events.append(f"start blocking={self.blocking}")
+
+    def communicate(self, timeout=None):  # noqa: ANN001
+        self.events.append(f"wait blocking={self.blocking}")
+        if self.hang and not self.killed:
+            raise subprocess.TimeoutExpired("python", timeout)
+        lines = ASYNC_ERROR_SCRIPT.splitlines()
+        faulty = next(i for i, line in enumerate(lines, 1) if "# the faulty call" in line)
+        item = next(i for i, line in enumerate(lines, 1) if "loss.item()" in line)
+        self.returncode = 1
+        printed = "" if self.blocking else "the faulty call returned\n"
+        where = faulty if self.blocking else item
+        return printed, (f'Traceback (most recent call last):\n  File "{self.script}", '
+                         f"line {where}, in <module>\n"
+                         "torch.AcceleratorError: CUDA error: device-side assert triggered\n")
+
+    def poll(self):  # noqa: ANN201
+        return self.returncode
+
+    def kill(self) -> None:
+        self.killed = True
+        self.events.append(f"kill blocking={self.blocking}")
+
+
+def test_the_two_processes_run_side_by_side_and_each_report_is_its_own(monkeypatch) -> None:
+    """Issue 27: chapter 11's two reports cost one process's start-up, not two (11 s on the
+    H200 one after the other). The GPU's output is faked: the order of the pair is kept."""
+    monkeypatch.setattr(cuda_semantics.subprocess, "Popen", _FakeFaultyScript)
+    monkeypatch.setattr(_FakeFaultyScript, "events", [])
+    late, blocking = async_error_reports("cpu")
+    assert _FakeFaultyScript.events[:2] == ["start blocking=False", "start blocking=True"]
+    assert "device-side assert" in late.error and "device-side assert" in blocking.error
+    assert late.lines_late > 0 and "the faulty call returned" in late.printed
+    assert blocking.lines_late == 0 and blocking.printed == ""
+
+
+def test_a_timeout_kills_both_processes(monkeypatch) -> None:
+    monkeypatch.setattr(cuda_semantics.subprocess, "Popen", _FakeFaultyScript)
+    monkeypatch.setattr(_FakeFaultyScript, "events", [])
+    monkeypatch.setattr(_FakeFaultyScript, "hang", True)
+    with pytest.raises(TimeoutError, match="timeout=5"):
+        async_error_reports("cpu", timeout=5)
+    kills = [e for e in _FakeFaultyScript.events if e.startswith("kill")]
+    assert kills == ["kill blocking=False", "kill blocking=True"], _FakeFaultyScript.events
+
+
 def test_the_meta_device_is_refused_with_a_clear_message() -> None:
     with pytest.raises(ValueError, match="meta device runs no kernels"):
         async_error_report("meta")
@@ -27,11 +95,12 @@ def test_the_meta_device_is_refused_with_a_clear_message() -> None:
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_device_side_assert_surfaces_late_unless_launches_block() -> None:
-    late = async_error_report("cuda")
-    blocking = async_error_report("cuda", launch_blocking=True)
-    assert "device-side assert" in late.error and "device-side assert" in blocking.error
-    assert late.lines_late > 0 and "the faulty call returned" in late.printed
-    assert blocking.lines_late == 0
+    one_at_a_time = (async_error_report("cuda"),
+                     async_error_report("cuda", launch_blocking=True))
+    for late, blocking in (one_at_a_time, async_error_reports("cuda")):  # side by side
+        assert "device-side assert" in late.error and "device-side assert" in blocking.error
+        assert late.lines_late > 0 and "the faulty call returned" in late.printed
+        assert blocking.lines_late == 0
 
 
 def test_chapter_11_sets_the_sync_debug_mode_only_through_the_helper() -> None:

@@ -13,6 +13,7 @@ from helpers.cuda_semantics import (
     AsyncErrorReport,
     Overlap,
     async_error_report,
+    async_error_reports,
     copy_compute_overlap,
     event_ms,
 )
@@ -78,6 +79,13 @@ BAD_REPORTS = {
 def test_async_error_report_bad_input(case: str) -> None:
     device, kwargs, error, words = BAD_REPORTS[case]
     assert_clear_error(lambda: async_error_report(device, **kwargs), error, words)
+
+
+@pytest.mark.parametrize("case", [c for c in BAD_REPORTS if "launch_blocking" not in c])
+def test_async_error_reports_bad_input(case: str) -> None:
+    """Both ways at once (chapter 11) refuse what one way refuses, with the same words."""
+    device, kwargs, error, words = BAD_REPORTS[case]
+    assert_clear_error(lambda: async_error_reports(device, **kwargs), error, words)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
