@@ -244,3 +244,23 @@ def test_rates_table_shows_bursts_only_where_measured():
         assert table.loc["burst TFLOP/s", old].isna().all()
         assert table.loc["sustained from", old[0]].startswith("size sweep, n = ")
     assert matmul.rates_table([]).empty
+
+
+def test_a_cpu_sustained_run_stops_soon_after_its_seconds_however_slow_a_product_gets(
+        monkeypatch):
+    """Products that slow down after the first (other processes on the cores) must not
+    stretch the run: the CPU checks the clock after every product."""
+    import time
+
+    real = torch.matmul
+    calls = []
+
+    def slow_after_two(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 2:
+            time.sleep(0.02)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "matmul", slow_after_two)
+    rate = matmul.sustained_rate("cpu", "fp32", (32, 32, 32), seconds=0.1)
+    assert rate.seconds < 0.5, "a few products past its seconds at most (the old chunks: 200 s)"
