@@ -1,10 +1,12 @@
 """The ``recipes`` workload: what each performance recipe of chapter 12 buys one training step.
 
 Chapter 12 (Performance recipes) applies each recipe to the chapter 5 CNN
-(:class:`helpers.models.MnistCNN`, Adam, cross-entropy) and measures it against the plain
-fp32 step in the same run. This module measures the same steps for the book's benchmark
-command, on whatever device it is given, on synthetic batches of MNIST's shape (the step's
-speed does not depend on the pixel values).
+(:class:`helpers.models.MnistCNN`, Adam, cross-entropy), whose step a big GPU finishes faster
+than the host launches it, and to a residual CNN (:class:`helpers.recipes.ResidualCNN`) whose
+step keeps a GPU busy, and measures each against the plain fp32 step in the same run. This
+module measures the same steps for the book's benchmark command, on whatever device it is
+given, on synthetic batches of MNIST's shape (the step's speed does not depend on the pixel
+values).
 
 Figures, for each recipe that applies to the device (see :func:`recipes_for`):
 
@@ -12,7 +14,13 @@ Figures, for each recipe that applies to the device (see :func:`recipes_for`):
 - ``<recipe>_speedup``: plain step time divided by the recipe's (``x``; above 1 is faster);
 - ``compile_seconds``: where ``compile`` runs, the first compiled step (tracing and code
   generation, with empty compiler caches as on a fresh machine: :func:`cold_compile_cache`),
-  reported apart from the steady-state step time.
+  reported apart from the steady-state step time;
+- the same three, prefixed ``resnet_``, for the residual CNN (:func:`resnet_size`: width 64
+  at batch 1024 on a CUDA GPU, 1 s per recipe; width 16 at batch 16 elsewhere), without the
+  two input-pipeline recipes;
+- on CUDA, ``plain_gpu_busy_ms`` and ``resnet_plain_gpu_busy_ms``: how long the GPU's kernels
+  and copies ran per plain step (:func:`device_busy`); divided by ``plain_step_ms``, the share
+  of the step the GPU was busy.
 
 Recipes: ``plain``; ``bf16_autocast`` (left out on CUDA GPUs below compute capability 8.0,
 see :func:`bf16_is_fast`); ``channels_last``; on CUDA also ``fp16_autocast_gradscaler``,
@@ -36,8 +44,10 @@ from helpers.recipes import (
     BATCH_SIZE,
     GPU_BATCH_SIZE,
     cold_compile_cache,
+    device_busy,
     make_step,
     recipes_for,
+    resnet_size,
     tf32_advice_ignored,
 )
 from helpers.timing import benchmark, synchronize
@@ -45,17 +55,46 @@ from helpers.timing import benchmark, synchronize
 __all__ = ["run"]
 
 
+#: Recipes that change the input pipeline, not the step: measured on the chapter 5 CNN only.
+PIPELINE_RECIPES = ("plain_host_copy", "pinned_non_blocking")
+
+
 @workload("recipes", chapter=12)
 def run(device: torch.device, *, quick: bool) -> list[Figure]:
-    """Per-recipe training-step time of the chapter 5 CNN and speed-up over the plain step."""
+    """Per-recipe training-step time of the chapter 5 CNN and of a residual CNN, and speed-up
+    over the plain step."""
     device = torch.device(device)
     batch = GPU_BATCH_SIZE if device.type == "cuda" and not quick else BATCH_SIZE
-    min_run_time = 0.3 if quick else 2.0
     note = f"{'quick run, ' if quick else ''}MnistCNN training step, Adam, batch {batch}"
+    figures = _recipe_figures(device, recipes_for(device), note, prefix="", batch=batch,
+                              min_run_time=0.3 if quick else 2.0)
+    width, res_batch = resnet_size(device, quick=quick)
+    res_note = (f"{'quick run, ' if quick else ''}ResidualCNN(width={width}) training step, "
+                f"Adam, batch {res_batch}")
+    figures += _recipe_figures(device, [r for r in recipes_for(device)
+                                        if r not in PIPELINE_RECIPES],
+                               res_note, prefix="resnet_", batch=res_batch,
+                               min_run_time=0.3 if quick else 1.0,
+                               model="resnet", width=width)
+    if device.type == "cuda":  # what bounds each plain step: the GPU's busy time in it
+        for prefix, kwargs, what in (("", {"batch_size": batch}, note),
+                                     ("resnet_", {"batch_size": res_batch, "model": "resnet",
+                                                  "width": width}, res_note)):
+            busy = device_busy(make_step("plain", device, **kwargs), device)
+            figures.append(Figure(f"{prefix}plain_gpu_busy_ms", busy.busy_ms, "ms",
+                                  str(device), note=what + ", GPU kernels and copies per "
+                                  "plain step (profiler), overlaps counted once"))
+    return figures
+
+
+def _recipe_figures(device: torch.device, names: list[str], note: str, *, prefix: str,
+                    batch: int, min_run_time: float, **model: object) -> list[Figure]:
+    """Step time and speed-up over the plain step of each recipe in ``names`` (``plain``
+    first), figure names starting with ``prefix``."""
     figures: list[Figure] = []
     timings = {}
-    for recipe in recipes_for(device):
-        step = make_step(recipe, device, batch)
+    for recipe in names:
+        step = make_step(recipe, device, batch, **model)
         # A first compilation timed cold: a cache left on disk by an earlier run (of the
         # benchmark or of chapter 12) would make it many times shorter.
         cold = cold_compile_cache() if recipe == "compile" else contextlib.nullcontext()
@@ -66,16 +105,17 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
                 with tf32_advice_ignored():  # plain measures fp32 matmuls without TF32 too
                     step()
                 synchronize(device)
-                figures.append(Figure("compile_seconds", time.perf_counter() - start, "s",
-                                      str(device),
+                figures.append(Figure(f"{prefix}compile_seconds", time.perf_counter() - start,
+                                      "s", str(device),
                                       note=note + ", first compiled step, empty caches"))
             timings[recipe] = benchmark(step, device=device, label=recipe, warmup=3,
                                         min_run_time=min_run_time)
     for recipe, t in timings.items():
         base = timings["plain_host_copy" if recipe == "pinned_non_blocking" else "plain"]
-        figures.append(Figure(f"{recipe}_step_ms", t.median * 1e3, "ms", str(device),
+        figures.append(Figure(f"{prefix}{recipe}_step_ms", t.median * 1e3, "ms", str(device),
                               spread=t.iqr * 1e3, note=note))
-        figures.append(Figure(f"{recipe}_speedup", base.median / t.median, "x", str(device),
+        figures.append(Figure(f"{prefix}{recipe}_speedup", base.median / t.median, "x",
+                              str(device),
                               note=note + (", against plain_host_copy"
                                            if recipe == "pinned_non_blocking" else ", against plain")))
     return figures

@@ -49,7 +49,8 @@ from helpers.timing import (  # defined there; chapter 10 imports them from here
     compare,
 )
 
-__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "NO_DIFFERENCE", "TF32_ADVICE", "Comparison",
+__all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "MODELS", "NO_DIFFERENCE", "RESNET_GPU_SIZE",
+           "RESNET_SMALL_SIZE", "ResidualCNN", "resnet_size", "TF32_ADVICE", "Comparison",
            "CompileOutcome", "DeviceBusy", "RecipeStep", "bf16_is_fast", "cold_compile_cache",
            "compare", "compile_advice", "compile_cache_hits", "compile_failures", "compile_or_explain",
            "device_busy", "fp32_convolutions_use_tf32", "make_step", "recipes_for",
@@ -58,6 +59,58 @@ __all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "NO_DIFFERENCE", "TF32_ADVICE", "Comp
 #: The book's batch size for the CNN (chapter 5); full GPU runs use :data:`GPU_BATCH_SIZE`.
 BATCH_SIZE = 128
 GPU_BATCH_SIZE = 512
+#: The residual CNN's (width, batch size) on a CUDA GPU, where a step keeps it busy, and
+#: elsewhere (a CPU, an Apple GPU, a quick benchmark run), where the full size takes a CPU a
+#: fifth of a second per step and bf16 is emulated: see :func:`resnet_size`.
+RESNET_GPU_SIZE = (64, 1024)
+RESNET_SMALL_SIZE = (16, 16)
+
+
+def resnet_size(device: torch.device | str, *, quick: bool = False) -> tuple[int, int]:
+    """The residual CNN's ``(width, batch size)`` the book measures on ``device`` (chapter 12
+    and the benchmark): :data:`RESNET_GPU_SIZE` on a CUDA GPU, :data:`RESNET_SMALL_SIZE`
+    elsewhere and in quick runs."""
+    return RESNET_GPU_SIZE if _kind(device).type == "cuda" and not quick else RESNET_SMALL_SIZE
+
+
+class ResidualCNN(nn.Module):
+    """A small residual CNN for MNIST's images that keeps a GPU busy (chapter 12).
+
+    A 3x3 convolution 1 -> ``width`` channels; a residual block (two 3x3 convolutions, each
+    followed by BatchNorm, the input added back before the last ReLU) at 28x28; a stride-2
+    3x3 convolution ``width`` -> 2 ``width`` to 14x14; a residual block there; global average
+    pooling and a linear layer to 10 logits. With ``width=64``, about 0.26 GFLOP per image
+    forward (five convolutions carry nearly all of it): a step at batch 1024 keeps a big GPU
+    busy for milliseconds, where the chapter 5 CNN's step leaves it idle most of the time.
+    Takes ``[N, 1, 28, 28]`` and returns logits ``[N, 10]``.
+    """
+
+    def __init__(self, width: int = 64) -> None:
+        width = _whole("width", width, 1)
+        super().__init__()
+
+        def conv(c_in: int, c_out: int, stride: int = 1) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1,
+                                           bias=False), nn.BatchNorm2d(c_out))
+
+        self.stem = nn.Sequential(conv(1, width), nn.ReLU())
+        self.block1 = nn.Sequential(conv(width, width), nn.ReLU(), conv(width, width))
+        self.down = nn.Sequential(conv(width, 2 * width, stride=2), nn.ReLU())
+        self.block2 = nn.Sequential(conv(2 * width, 2 * width), nn.ReLU(),
+                                    conv(2 * width, 2 * width))
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(2 * width, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stem(x)
+        x = torch.relu(x + self.block1(x))
+        x = self.down(x)
+        x = torch.relu(x + self.block2(x))
+        return self.head(x)
+
+
+#: The models a recipe step trains: the chapter 5 CNN, and the residual CNN.
+MODELS: dict[str, Callable[..., nn.Module]] = {"cnn": MnistCNN, "resnet": ResidualCNN}
 
 
 def _device(device: torch.device | str) -> torch.device:
@@ -145,7 +198,8 @@ def recipes_for(device: torch.device) -> list[str]:
 
 
 class RecipeStep:
-    """One recipe applied to a fresh, seeded chapter 5 CNN with Adam (chapter 12).
+    """One recipe applied to a fresh, seeded chapter 5 CNN with Adam (chapter 12), or with
+    ``model="resnet"`` to a :class:`ResidualCNN` (``width`` channels, 64 unless given).
 
     Calling it with a batch ``(x, y)`` runs one training step: ``zero_grad``, the forward pass
     and the loss (under autocast for the mixed-precision recipes), ``backward`` (through a
@@ -158,8 +212,12 @@ class RecipeStep:
     """
 
     def __init__(self, recipe: str, device: torch.device, *, lr: float = 1e-3,
-                 seed: int = 0) -> None:
+                 seed: int = 0, model: str = "cnn", width: int | None = None) -> None:
         device = _device(device)
+        if model not in MODELS:
+            raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
+        if width is not None and model != "resnet":
+            raise ValueError(f"width sets the residual CNN's channels; {model!r} has none")
         if recipe not in recipes_for(device) and recipe != "compile":
             raise ValueError(f"recipe {recipe!r} does not apply to {device}; "
                              f"choose from {recipes_for(device)}")
@@ -171,7 +229,9 @@ class RecipeStep:
         self.memory_format = (torch.channels_last if recipe == "channels_last"
                               else torch.contiguous_format)
         torch.manual_seed(seed)
-        self.model = MnistCNN().to(device).to(memory_format=self.memory_format)
+        self.model_name = model
+        built = MODELS[model](**({} if width is None else {"width": width}))
+        self.model = built.to(device).to(memory_format=self.memory_format)
         self.net = torch.compile(self.model) if recipe == "compile" else self.model
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.loss_fn = nn.CrossEntropyLoss()
@@ -226,8 +286,10 @@ class RecipeStep:
 
 
 def make_step(recipe: str, device: torch.device, batch_size: int = BATCH_SIZE,
-              seed: int = 0) -> Callable[[], torch.Tensor]:
-    """A function that runs one training step of the chapter 5 CNN with ``recipe`` applied.
+              seed: int = 0, model: str = "cnn",
+              width: int | None = None) -> Callable[[], torch.Tensor]:
+    """A function that runs one training step of ``model`` (``"cnn"``, the chapter 5 CNN, or
+    ``"resnet"``, :class:`ResidualCNN`) with ``recipe`` applied.
 
     The model, optimiser and a synthetic batch are created here (seeded, through
     :class:`RecipeStep`), so every recipe starts alike. ``cudnn_benchmark`` sets
@@ -236,7 +298,7 @@ def make_step(recipe: str, device: torch.device, batch_size: int = BATCH_SIZE,
     memory in every step.
     """
     batch_size = _whole("batch_size", batch_size, 1)
-    train_step = RecipeStep(recipe, device, seed=seed)
+    train_step = RecipeStep(recipe, device, seed=seed, model=model, width=width)
     device = train_step.device
     gen = torch.Generator().manual_seed(seed)
     host_x = torch.rand(batch_size, 1, 28, 28, generator=gen)

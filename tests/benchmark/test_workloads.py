@@ -96,9 +96,15 @@ def test_recipes_quick_run_on_cpu() -> None:
     assert len(names) == len(set(names)), names
     got = {f.name: f for f in figures}
     for recipe in recipes.recipes_for(torch.device("cpu")):
-        assert got[f"{recipe}_step_ms"].unit == "ms"
-        assert got[f"{recipe}_speedup"].unit == "x"
+        for prefix in ("", "resnet_"):  # the chapter 5 CNN and the residual CNN
+            assert got[f"{prefix}{recipe}_step_ms"].unit == "ms"
+            assert got[f"{prefix}{recipe}_speedup"].unit == "x"
     assert got["plain_speedup"].value == pytest.approx(1.0)
+    assert got["resnet_plain_speedup"].value == pytest.approx(1.0)
+    width, batch = recipes.RESNET_SMALL_SIZE
+    assert f"ResidualCNN(width={width}) training step, Adam, batch {batch}" in \
+        got["resnet_plain_step_ms"].note
+    assert not any("gpu_busy" in name or "compile" in name for name in got), sorted(got)
     for fig in figures:
         assert isinstance(fig, core.Figure) and fig.device == "cpu"
         assert math.isfinite(fig.value) and fig.value > 0, fig

@@ -130,28 +130,53 @@ def test_each_cuda_step_trains(recipe: str) -> None:
 def test_the_benchmark_times_what_chapter_12_says_it_times(monkeypatch, kind, batch) -> None:
     """Chapter 12's dropdown on the appendix's figures: the benchmark's full run times the same
     steps (make_step, a synthetic batch) at the library's batch size, 2 s per recipe, one
-    recipe after the other."""
+    recipe after the other; then the residual CNN at its size for the device, 1 s per recipe,
+    without the input-pipeline recipes; on CUDA the GPU's busy time of both plain steps."""
     from types import SimpleNamespace
 
     from bench import recipes as bench_recipes
 
-    made, timed = [], []
+    made, timed, busy = [], [], []
 
-    def fake_make_step(recipe, device, batch_size):
-        made.append((recipe, torch.device(device).type, batch_size))
+    def fake_make_step(recipe, device, batch_size, **model):
+        made.append((recipe, torch.device(device).type, batch_size, model))
         return lambda: None
 
     def fake_benchmark(fn, *, device, label, warmup, min_run_time):
         timed.append((label, min_run_time))
         return SimpleNamespace(median=1e-3, iqr=1e-5)
 
+    def fake_busy(fn, device):
+        busy.append(torch.device(device).type)
+        return recipes.DeviceBusy(steps=10, busy_ms=0.5, operations=40.0)
+
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(bench_recipes, "make_step", fake_make_step)
     monkeypatch.setattr(bench_recipes, "benchmark", fake_benchmark)
+    monkeypatch.setattr(bench_recipes, "device_busy", fake_busy)
     monkeypatch.setattr(bench_recipes, "synchronize", lambda device: None)
     figures = bench_recipes.run(torch.device(kind), quick=False)
     names = recipes.recipes_for(torch.device(kind))
-    assert made == [(name, kind, batch) for name in names]
-    assert timed == [(name, 2.0) for name in names]
-    assert {f.name for f in figures} >= {f"{name}_speedup" for name in names}
+    res_names = [n for n in names if n not in ("plain_host_copy", "pinned_non_blocking")]
+    width, res_batch = recipes.resnet_size(kind)
+    assert (width, res_batch) == (recipes.RESNET_GPU_SIZE if kind == "cuda"
+                                  else recipes.RESNET_SMALL_SIZE)
+    res_model = {"model": "resnet", "width": width}
+    expected = ([(name, kind, batch, {}) for name in names]
+                + [(name, kind, res_batch, res_model) for name in res_names])
+    if kind == "cuda":
+        expected += [("plain", kind, batch, {}), ("plain", kind, res_batch, res_model)]
+    assert made == expected
+    assert timed == [(name, 2.0) for name in names] + [(name, 1.0) for name in res_names]
+    got = {f.name: f for f in figures}
+    assert set(got) >= {f"{name}_speedup" for name in names}
+    assert set(got) >= {f"resnet_{name}_speedup" for name in res_names}
+    assert not {"resnet_plain_host_copy_speedup", "resnet_pinned_non_blocking_speedup"} & set(got)
+    assert ("resnet_compile_seconds" in got) is (kind == "cuda")
+    if kind == "cuda":
+        assert busy == ["cuda", "cuda"]
+        assert got["plain_gpu_busy_ms"].value == got["resnet_plain_gpu_busy_ms"].value == 0.5
+        assert f"batch {res_batch}" in got["resnet_plain_gpu_busy_ms"].note
+    else:
+        assert busy == [] and "plain_gpu_busy_ms" not in got
