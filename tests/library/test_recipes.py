@@ -180,3 +180,45 @@ def test_the_benchmark_times_what_chapter_12_says_it_times(monkeypatch, kind, ba
         assert f"batch {res_batch}" in got["resnet_plain_gpu_busy_ms"].note
     else:
         assert busy == [] and "plain_gpu_busy_ms" not in got
+
+
+def test_the_residual_cnn_maps_images_to_logits_at_any_width() -> None:
+    torch.manual_seed(0)
+    for width in (4, 16):
+        model = recipes.ResidualCNN(width=width)
+        assert model(torch.rand(3, 1, 28, 28)).shape == (3, 10)
+        convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+        # the stem, two blocks of two and the stride-2 convolution: six 3x3 convolutions
+        assert len(convs) == 6 and all(c.kernel_size == (3, 3) for c in convs)
+        assert convs[-1].out_channels == 2 * width
+    with pytest.raises(ValueError, match="width"):
+        recipes.ResidualCNN(width=0)
+
+
+def test_resnet_sizes_are_the_documented_ones(monkeypatch) -> None:
+    assert recipes.resnet_size("cpu") == recipes.RESNET_SMALL_SIZE == (16, 16)
+    assert recipes.resnet_size("cuda:1") == recipes.RESNET_GPU_SIZE == (64, 1024)
+    assert recipes.resnet_size("cuda:0", quick=True) == recipes.RESNET_SMALL_SIZE
+    assert 512 <= recipes.RESNET_GPU_SIZE[1] <= 1024  # issue 28: a batch of 512 to 1024
+
+
+@pytest.mark.parametrize("recipe", ["plain", "channels_last"])
+def test_each_cpu_resnet_step_trains(recipe: str) -> None:
+    step = recipes.make_step(recipe, torch.device("cpu"), batch_size=8, model="resnet",
+                             width=8)
+    assert isinstance(step.recipe_step.model, recipes.ResidualCNN)
+    losses = [step().item() for _ in range(5)]
+    assert all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0], f"{recipe}: five steps on one batch should lower the loss"
+    if recipe == "channels_last":
+        conv = step.recipe_step.model.block1[0][0]
+        assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_models_and_widths_are_checked() -> None:
+    with pytest.raises(ValueError, match="model must be one of"):
+        recipes.RecipeStep("plain", "cpu", model="vgg")
+    with pytest.raises(ValueError, match="width"):
+        recipes.RecipeStep("plain", "cpu", width=16)  # the chapter 5 CNN has no width
+    step = recipes.RecipeStep("plain", "cpu", model="resnet", width=4)
+    assert step.model_name == "resnet" and step.model.head[-1].in_features == 8
