@@ -33,7 +33,8 @@ __all__ = ["READABLE_VERSIONS", "RESULTS_ENV_VAR", "SCHEMA_VERSION", "committed"
            "figures_table", "load_results", "machine_label", "machine_labels", "machine_stamp",
            "machines_table", "missing_figures", "peak_share_table", "plot_workload",
            "axis_label", "is_noisy", "plot_alt", "plot_panels", "show_figure",
-           "results_dir", "show_committed", "software_versions", "speedup_table", "workloads"]
+           "results_dir", "show_committed", "show_folded", "software_versions", "speedup_table",
+           "workload_figures", "workloads"]
 
 RESULTS_ENV_VAR = "BOOK_RESULTS_DIR"
 #: The version the benchmark writes (the one definition; ``bench/schema.py`` checks against it).
@@ -460,6 +461,41 @@ def figures_table(docs: Sequence[dict[str, Any]], workload: str | None = None) -
                           columns=columns).fillna("")
     table.columns.name = "machine"
     return table
+
+
+def workload_figures(docs: Sequence[dict[str, Any]], workload: str) -> pd.DataFrame:
+    """One workload's figures, one row per figure and machine (appendix): the rows of
+    :func:`figures_table` for ``workload``, one machine under the other, so the table stays
+    one column wide however many machines are committed. Index ``(figure, unit, machine)``,
+    column ``"value ± spread"``; a machine that lacks a figure has no row for it."""
+    _check_workload(workload)
+    wide = figures_table(docs, workload)
+    column = "value ± spread"
+    if wide.empty:
+        return pd.DataFrame(columns=[column])
+    rows = [((figure, unit, machine), wide.loc[(w, figure, unit), machine])
+            for (w, figure, unit) in wide.index for machine in wide.columns
+            if wide.loc[(w, figure, unit), machine]]
+    index = pd.MultiIndex.from_tuples([key for key, _ in rows],
+                                      names=["figure", "unit", "machine"])
+    return pd.DataFrame({column: [cell for _, cell in rows]}, index=index)
+
+
+def show_folded(summary: str, table: pd.DataFrame) -> None:
+    """Display ``table`` folded under a one-line ``summary`` (appendix): the built page and
+    Jupyter show an HTML ``<details>`` block, closed until the reader opens it; a plain-text
+    front end shows the summary and the table."""
+    import html
+
+    from IPython.display import display
+
+    if not isinstance(summary, str) or not summary.strip():
+        raise ValueError(f"summary must say what the folded table holds, not {summary!r}")
+    if not isinstance(table, pd.DataFrame):
+        raise TypeError(f"table must be a DataFrame, not {type(table).__name__}")
+    markup = (f'<details class="book-folded"><summary>{html.escape(summary)}</summary>'
+              f"{table.to_html()}</details>")
+    display({"text/html": markup, "text/plain": f"{summary}\n{table.to_string()}"}, raw=True)
 
 
 def missing_figures(docs: Sequence[dict[str, Any]], table: pd.DataFrame) -> list[str]:

@@ -66,3 +66,50 @@ def test_share_of_peak_and_speed_up_over_the_host_cpu(tmp_path, monkeypatch, hos
         assert share == pytest.approx(400.0 / peak)
     monkeypatch.setattr(timing, "peak_tflops", lambda name, dtype="fp32": None)
     assert report.peak_share_table([gpu]).isna().all().all()
+
+
+def test_a_workloads_folded_table_holds_each_figure_under_each_machine(tmp_path, monkeypatch):
+    write_results(tmp_path, monkeypatch, gpu_machines=2)
+    docs = load_results(tmp_path)
+    labels = report.machine_labels(docs)
+    for name in report.workloads(docs):
+        table = report.workload_figures(docs, name)
+        # one column however many machines: the appendix's tables never scroll sideways
+        assert list(table.columns) == ["value ± spread"]
+        assert table.index.names == ["figure", "unit", "machine"]
+        expected = {(f["name"], f["unit"], label)
+                    for label, doc in zip(labels, docs, strict=True)
+                    for f in doc["figures"] if f["workload"] == name}
+        assert set(table.index) == expected
+        for label, doc in zip(labels, docs, strict=True):
+            for f in doc["figures"]:
+                if f["workload"] == name:
+                    assert f"{f['value']:.4g}" in table.loc[(f["name"], f["unit"], label)].iloc[0]
+    assert report.workload_figures(docs, "no such workload").empty
+
+
+def test_a_folded_table_is_a_closed_details_block_with_a_text_fallback(monkeypatch):
+    import pandas as pd
+    from IPython import display as ipd
+
+    shown = []
+    monkeypatch.setattr(ipd, "display", lambda obj, raw=False: shown.append((obj, raw)))
+    table = pd.DataFrame({"value ± spread": ["1.5 ± 0.1"]}, index=["a <b>"])
+    report.show_folded("matmul: 1 figures & more", table)
+    (bundle, raw), = shown
+    assert raw is True
+    html = bundle["text/html"]
+    assert html.startswith('<details class="book-folded"><summary>matmul: 1 figures &amp; more')
+    assert " open" not in html.split(">", 1)[0], "folded means closed until the reader opens it"
+    assert "a &lt;b&gt;" in html and html.endswith("</details>")
+    assert bundle["text/plain"].startswith("matmul: 1 figures & more\n")
+    assert "1.5 ± 0.1" in bundle["text/plain"]
+
+
+@pytest.mark.parametrize(("summary", "table", "error"), [
+    ("", None, ValueError), ("  ", None, ValueError), ("ok", [1, 2], TypeError)])
+def test_a_folded_table_refuses_bad_input(summary, table, error):
+    import pandas as pd
+
+    with pytest.raises(error, match="summary must say|table must be a DataFrame"):
+        report.show_folded(summary, pd.DataFrame() if table is None else table)
