@@ -181,7 +181,9 @@ class CudaGraphs:
     def capture(self, fn: Callable[[], object]) -> Callable[[], None]:
         with torch.cuda.device(self.device):
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            # the capture stream named on this device: torch.cuda.graph's own default stream
+            # is made once per process, on whichever GPU was current at the first capture
+            with torch.cuda.graph(graph, stream=torch.cuda.Stream(self.device)):
                 fn()
         return graph.replay
 
