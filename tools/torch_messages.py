@@ -59,7 +59,6 @@ import re
 import struct
 import subprocess
 import sys
-import textwrap
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -194,7 +193,7 @@ def environment(python: str) -> tuple[Path, dict[str, str]]:
 # -- messages in Python files -----------------------------------------------------------------
 
 WARN_CALLS = {"warn", "warning", "warn_once", "_warn_once", "rank_zero_warn",
-              "rank_zero_deprecation", "warn_explicit", "deprecation_warning"}
+              "rank_zero_deprecation", "rank_zero_info", "warn_explicit", "deprecation_warning"}
 CHECK_KINDS = {"_check": "RuntimeError", "_check_value": "ValueError",
                "_check_type": "TypeError", "_check_index": "IndexError",
                "_check_not_implemented": "NotImplementedError",
@@ -202,7 +201,7 @@ CHECK_KINDS = {"_check": "RuntimeError", "_check_value": "ValueError",
 # A line that may start a statement we read: raise, a warning call, a torch._check.
 _CANDIDATE = re.compile(
     r"^[ \t]*(?:(?:el)?if [^\n]*?:[ \t]*|else:[ \t]*|try:[ \t]*)?(raise\b|[\w.]*(?:"
-    + "|".join(sorted(WARN_CALLS | set(CHECK_KINDS))) + r")\()", re.M)
+    + "|".join(sorted(WARN_CALLS | set(CHECK_KINDS))) + r")\(|super\(\)\.__init__\()", re.M)
 _ASSIGN = r"^[ \t]*{}\s*(\+?=)\s*"
 
 
@@ -289,6 +288,9 @@ def _message_of(stmt: ast.stmt, resolve) -> tuple[str, str] | None:
         return (kind, text) if text else None
     if isinstance(node, ast.Call):
         name = _name(node.func)
+        if name == "__init__":  # an exception class's own message: super().__init__(msg)
+            text = _text(node.args[0], resolve) if node.args else None
+            return ("Exception", text) if text else None
         if name in CHECK_KINDS:
             arg = node.args[1] if len(node.args) > 1 else next(
                 (k.value for k in node.keywords if k.arg == "msg"), None)
@@ -379,7 +381,7 @@ def rodata(path: Path) -> bytes:
 _PRINTABLE = re.compile(rb"(?<![\x20-\x7e\t\n])[\x20-\x7e\t\n]{16,}(?=\0)")
 # Not a message: C++ and Python source, operator schemas, mangled or file names, docstrings.
 _NOT_MESSAGE = re.compile(r"::\w+\(|\(Tensor|Tensor\(|->|\bdef |\bself\.|#include|__global__"
-                          r"|\bstd::|template ?<|^\s|\n\s*\n|\{\s*$|;\s*$|^[a-z_]+\.[a-z_.]+$"
+                          r"|\bstd::|template ?<|\n\s*\n|\{\s*$|;\s*$|^[a-z_]+\.[a-z_.]+$"
                           r"|^\w+$|\bArgs:|\bReturns:|\.\. |>>>|\bimport\b")
 
 
@@ -418,8 +420,20 @@ def topic_of(file: str, text: str) -> str | None:
     return None
 
 
+#: Internal invariants, not messages meant for a reader: C++'s failed internal asserts
+#: (``TORCH_INTERNAL_ASSERT``, which say "please report a bug"), and Python's
+#: ``raise AssertionError`` (torch's ``assert`` statements, rewritten).
+INTERNAL = re.compile(r"INTERNAL ASSERT FAILED|please report a bug to PyTorch")
+#: Where ``raise AssertionError`` guards the code's own invariants (torch's ``assert``
+#: statements, rewritten): the compiler's and the distributed package's internals. Elsewhere an
+#: AssertionError may be meant for the reader ("Torch not compiled with CUDA enabled").
+INTERNAL_ASSERTS = ("torch/_inductor/", "torch/_dynamo/", "torch/distributed/")
+
+
 def is_message(text: str) -> bool:
-    """At least three words of fixed text, 16 characters or more."""
+    """At least three words of fixed text, 16 characters or more, and no internal assert."""
+    if INTERNAL.search(text):
+        return False
     fixed = text.replace(PLACEHOLDER, " ")
     return len(_LETTERS.findall(fixed)) >= 3 and len(fixed.strip()) >= 16
 
@@ -441,7 +455,8 @@ def extract(site: Path, packages: Iterable[str]) -> dict[tuple[str, str, str, st
 
     def add(package: str, rel: str, kind: str, raw: str) -> None:
         text = normalise(raw)
-        if not is_message(text):
+        if (kind == "AssertionError" and rel.startswith(INTERNAL_ASSERTS)) \
+                or not is_message(text):
             return
         topic = topic_of(rel, text)
         if topic:
