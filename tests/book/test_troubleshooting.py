@@ -1164,6 +1164,189 @@ def find_pin_memory_thread(entry: Entry) -> None:
               ["RuntimeError", "in pin memory thread for device 0"])
 
 
+# -- entries added by the method of issue 29 (second batch) ----------------------------------
+
+def find_equal_devices(entry: Entry) -> None:
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_cpu.so", quote, ["other", "cuda:0", "cpu", "wrapper_CUDA__equal"])
+
+
+def find_cublas_alloc(entry: Entry) -> None:
+    quote = without_prefix(entry.blocks[0], RuntimeError)
+    in_library(LIB / "libtorch_cuda.so", quote)
+
+
+def find_sync_debug(entry: Entry) -> None:
+    in_library(LIB / "libc10_cuda.so", without_prefix(entry.blocks[0], RuntimeError))
+    # The switch the entry names exists and takes "error".
+    assert "error" in torch.cuda.set_sync_debug_mode.__doc__
+
+
+def find_cublas_no_context(entry: Entry) -> None:
+    quote = without_prefix(entry.blocks[0], UserWarning).split(" (Triggered internally")[0]
+    in_library(LIB / "libtorch_cuda.so", quote)
+
+
+def raise_sm_incompatible() -> str | list[str]:
+    # torch's check of the wheel's kernels (_check_cubins), run as for an RTX 5090 (sm_120)
+    # with a wheel built for GPUs up to sm_90.
+    with pytest.MonkeyPatch.context() as m, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m.setattr(torch.version, "cuda", "12.6")
+        m.setattr(torch.cuda, "get_arch_list",
+                  lambda: ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"])
+        m.setattr(torch.cuda, "device_count", lambda: 1)
+        m.setattr(torch.cuda, "get_device_capability", lambda device=None: (12, 0))
+        m.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA GeForce RTX 5090")
+        torch.cuda._check_cubins()
+    assert caught, "torch.cuda._check_cubins() did not warn"
+    return normalise(f"UserWarning: {caught[0].message}")
+
+
+def find_device_count_804(entry: Entry) -> None:
+    quote = without_prefix(entry.blocks[0], UserWarning)
+    cudart = nvidia_library("libcudart.so*")
+    cudart.cudaGetErrorString.restype = ctypes.c_char_p
+    words = cudart.cudaGetErrorString(804).decode()
+    assert quote.endswith(f"Error 804: {words}"), f"the CUDA runtime words error 804 as: {words}"
+    in_library(LIB / "libc10_cuda.so", quote, ["804", words])
+
+
+def raise_xpu_not_compiled() -> str | list[str]:
+    if torch.xpu._is_compiled():
+        pytest.skip("this PyTorch is built with XPU")
+    return line(raised(torch.xpu._lazy_init, expected=AssertionError))
+
+
+def raise_client_socket_timeout() -> str | list[str]:
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    port = free_port()  # nothing listens there: rank 0 never started
+    exc = raised(lambda: TCPStore("127.0.0.1", port, is_master=False,
+                                  timeout=timedelta(seconds=2)))
+    # The default timeout is 30 minutes, which the test does not wait for; port as torchrun's.
+    return (line(exc).replace(f", {port})", ", 29500)")
+            .replace("after 2000ms", "after 1800000ms"))
+
+
+def raise_ddp_no_grad() -> str | list[str]:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0,
+                            world_size=1)
+    try:
+        frozen = nn.Linear(2, 2).requires_grad_(False)
+        return line(raised(lambda: nn.parallel.DistributedDataParallel(frozen)))
+    finally:
+        dist.destroy_process_group()
+
+
+def find_destroy_process_group(entry: Entry) -> None:
+    in_library(LIB / "libtorch_cuda.so", entry.blocks[0])
+
+
+def raise_child_failed() -> str | list[str]:
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    failure = ProcessFailure(local_rank=0, pid=12345, exitcode=1, error_file="/nonexistent.json")
+    text = line(ChildFailedError("train.py", {0: failure}))
+    text = re.sub(r"(?m)^(  time      : ).*$", r"\g<1>2026-11-28_10:00:00", text)
+    return re.sub(r"(?m)^(  host      : ).*$", r"\g<1>gpu-server", text)
+
+
+def find_no_cxx_compiler(entry: Entry) -> None:
+    quote = entry.blocks[0]
+    prefix = "torch._inductor.exc.InductorError: InvalidCxxCompiler: "
+    assert quote.startswith(prefix)
+    from torch._inductor import exc
+
+    # The error as torch.compile reports it, built from the default configuration (raising it
+    # needs a machine without a compiler, and this one builds the book's C++ kernels).
+    built = exc.InductorError(exc.InvalidCxxCompiler(), None)
+    assert f"{type_name(type(built))}: {built}" == quote
+    in_source(TORCH / "_inductor" / "exc.py", quote[len(prefix):],
+              ["torch._inductor.config", "(None, 'g++')"])
+
+
+def raise_recompile_limit() -> str | list[str]:
+    import logging
+
+    torch._dynamo.reset()
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch._dynamo.convert_frame")
+    logger.addHandler(handler)
+
+    def scale(x: torch.Tensor, n: int) -> torch.Tensor:
+        return x * n
+
+    compiled = torch.compile(scale, backend="eager", dynamic=False)
+    try:
+        for n in range(10):  # each number compiles anew; the ninth is one too many
+            compiled(torch.ones(2), n)
+    finally:
+        logger.removeHandler(handler)
+        torch._dynamo.reset()
+    hits = [r.getMessage() for r in records if "recompile_limit" in r.getMessage()]
+    assert hits, "dynamo did not warn"
+    return hits[0].splitlines()[0]
+
+
+def find_triton_out_of_resource(entry: Entry) -> None:
+    quote = entry.blocks[0]
+    prefix = "triton.runtime.errors.OutOfResources: "
+    assert quote.startswith(prefix)
+    path = SITE / "triton" / "runtime" / "errors.py"
+    if not path.exists():
+        pytest.skip("triton is not installed")
+    in_source(path, quote[len(prefix):], ["shared memory", "98304", "65536"])
+
+
+def find_bf16_compile(entry: Entry) -> None:
+    in_source(TORCH / "_inductor" / "compile_fx.py", without_prefix(entry.blocks[0], UserWarning),
+              ["Tesla T4"])
+
+
+def raise_lightning_16_mixed_cpu() -> str | list[str]:
+    import lightning as L
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        L.Trainer(accelerator="cpu", precision="16-mixed", logger=False,
+                  enable_progress_bar=False, enable_model_summary=False,
+                  enable_checkpointing=False)
+    return [normalise(f"{type(w.message).__name__}: {w.message}") for w in caught
+            if "16-mixed" in str(w.message)]
+
+
+def find_lightning_num_workers(entry: Entry) -> None:
+    quote = entry.blocks[0].removeprefix("PossibleUserWarning: ")
+    path = SITE / "lightning" / "pytorch" / "trainer" / "connectors" / "data_connector.py"
+    in_source(path, quote, ["train_dataloader", "7"])
+
+
+def find_lightning_gpu_unused(entry: Entry) -> None:
+    quote = entry.blocks[0].removeprefix("PossibleUserWarning: ")
+    in_source(SITE / "lightning" / "pytorch" / "trainer" / "setup.py", quote)
+
+
+def find_accelerate_defaults(entry: Entry) -> None:
+    first, *values, last = entry.blocks[0].split("\n")
+    path = SITE / "accelerate" / "commands" / "launch.py"
+    in_source(path, first + "\n")
+    in_source(path, last.removeprefix("\n"))
+    for value in values:  # "\t`--num_processes` was set to a value of `1`"
+        setting = re.fullmatch(r"\t`--\w+` was set to a value of `(.+)`", value)[1]
+        in_source(path, value, [setting] if "num_processes" in value else [])
+
+
+def find_accelerate_kernel(entry: Entry) -> None:
+    in_source(SITE / "accelerate" / "utils" / "other.py", entry.blocks[0], ["4.15.0", "5.5.0"])
+
+
 # -- the table: every entry of the page, its named check, and how or why ----------------------
 
 GPU_KERNEL = "raised only by a CUDA kernel or a CUDA tensor, which a machine without a GPU lacks"
@@ -1307,6 +1490,33 @@ ENTRIES: dict[str, Check] = {
                                "(the meta device words it otherwise, checked live)"),
     "err-pin-memory-thread": Files(find_pin_memory_thread, "the pinning thread runs only "
                                    "where CUDA runs"),
+    # Added by the method of issue 29, second batch
+    "err-equal-devices": Files(find_equal_devices, GPU_KERNEL),
+    "err-cublas-alloc": Files(find_cublas_alloc, GPU_KERNEL + " (cuBLAS)"),
+    "err-sync-debug": Files(find_sync_debug, NEEDS_CUDA + " (the sync debug mode)"),
+    "err-cublas-no-context": Files(find_cublas_no_context, GPU_KERNEL + " (cuBLAS)"),
+    "err-sm-incompatible": Live(raise_sm_incompatible, "torch's own check, told it runs on an "
+                                "RTX 5090 with a wheel built up to sm_90"),
+    "err-device-count-804": Files(find_device_count_804, NEEDS_CUDA + " (a driver and a GPU "
+                                  "without forward compatibility)"),
+    "err-xpu-not-compiled": Live(raise_xpu_not_compiled, "CPU"),
+    "err-client-socket-timeout": Live(raise_client_socket_timeout, "a store with no server"),
+    "err-ddp-no-grad": Live(raise_ddp_no_grad, "one-process gloo group"),
+    "err-destroy-process-group": Files(find_destroy_process_group, "NCCL runs only on CUDA GPUs"),
+    "err-child-failed": Live(raise_child_failed, "torchrun's report of a worker that exited"),
+    "err-no-cxx-compiler": Files(find_no_cxx_compiler, "needs a machine without a C++ compiler, "
+                                 "which the test machine has"),
+    "err-recompile-limit": Live(raise_recompile_limit, "CPU, torch.compile with the eager backend"),
+    "err-triton-out-of-resource": Files(find_triton_out_of_resource, "Triton runs only on a GPU"),
+    "err-bf16-compile": Files(find_bf16_compile, "needs a CUDA GPU older than Ampere"),
+    "err-lightning-16-mixed-cpu": Live(raise_lightning_16_mixed_cpu, "CPU, Lightning"),
+    "err-lightning-num-workers": Files(find_lightning_num_workers, "Lightning warns only when "
+                                       "fitting, which the test does not run"),
+    "err-lightning-gpu-unused": Files(find_lightning_gpu_unused, "Lightning warns only where "
+                                      "a GPU is available"),
+    "err-accelerate-defaults": Files(find_accelerate_defaults, "printed by the `accelerate "
+                                     "launch` command, which starts a training script"),
+    "err-accelerate-kernel": Files(find_accelerate_kernel, "needs a Linux kernel older than 5.5"),
 }
 
 
