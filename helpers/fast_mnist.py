@@ -151,15 +151,16 @@ def set_lr(optimizer: torch.optim.Optimizer, value: float) -> None:
 
 
 def precision_dtype(device: torch.device | str) -> torch.dtype | None:
-    """The autocast dtype of chapter 14's last step: bf16 on a GPU with fast bf16 (compute
-    capability 8.0 and later) and on the CPU; fp16 on an older CUDA GPU (a T4), with the
-    fixed :data:`FP16_LOSS_SCALE`; None (no autocast) elsewhere."""
+    """The autocast dtype of chapter 14's last step on a CUDA GPU: bf16 where it is fast
+    (compute capability 8.0 and later), fp16 on an older one (a T4), with the fixed
+    :data:`FP16_LOSS_SCALE`; None (no autocast) elsewhere: the CPU's short version keeps fp32
+    (bf16 is slow on CPUs without bf16 instructions, and speed is not what it shows)."""
     from .recipes import bf16_is_fast
 
     device = torch.device(device)
     if device.type == "cuda":
         return torch.bfloat16 if bf16_is_fast(device) else torch.float16
-    return torch.bfloat16 if device.type == "cpu" else None
+    return None
 
 
 class CudaGraphs:
