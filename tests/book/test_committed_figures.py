@@ -17,7 +17,7 @@ FAKE = ROOT / "tests" / "fixtures" / "fake-gpu-result.json"
 #: chapter file stem -> the workload whose committed figures it must show
 CHAPTERS = {"03_matmul": "matmul", "04_linear_regression": "regression", "05_mnist": "mnist",
             "10_trainers": "mnist", "11_cuda_semantics": "cuda_semantics",
-            "12_performance": "recipes"}
+            "12_performance": "recipes", "14_fast_mnist": "fast_mnist"}
 _NUMBER = re.compile(r"[-+]?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?")
 
 
