@@ -1183,8 +1183,7 @@ def find_sync_debug(entry: Entry) -> None:
 
 
 def find_cublas_no_context(entry: Entry) -> None:
-    quote = without_prefix(entry.blocks[0], UserWarning).split(" (Triggered internally")[0]
-    in_library(LIB / "libtorch_cuda.so", quote)
+    in_library(LIB / "libtorch_cuda.so", without_prefix(entry.blocks[0], UserWarning))
 
 
 def raise_sm_incompatible() -> str | list[str]:
