@@ -68,6 +68,13 @@ def test_the_folded_page_fits_30_screens_and_each_group_opens(server, browser):
         assert opened["height"] > state["height"] + 10 * SCREEN["height"]
         page.locator("h2 > button.ts-fold-toggle").first.click()  # and closes it again
         assert len(page.evaluate(STATE)["open"]) == state["groups"] - 1
+        page.eval_on_selector_all("h2 > button.ts-fold-toggle", "bs => bs.forEach(b => b.click())")
+        assert page.evaluate(STATE)["open"] == ["grp-devices"]
+        # The browser's find-in-page opens a folded group where it finds a match: the browser
+        # fires `beforematch` on the hidden part (simulated here; headless find has no UI).
+        page.evaluate("""() => document.getElementById('err-mps-float64').parentElement
+            .dispatchEvent(new Event('beforematch'))""")
+        assert sorted(page.evaluate(STATE)["open"]) == ["grp-devices", "grp-mps"]
     finally:
         page.close()
 
