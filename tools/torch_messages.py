@@ -131,7 +131,7 @@ WORD_TOPICS = (
     ("xpu", r"\bxpu\b|\bXPU\b|Intel GPU|SYCL"),
     ("compile", r"torch\.compile|[Dd]ynamo|[Ii]nductor|[Tt]riton|[Cc]uda ?[Gg]raph|CUDAGraph"
                 r"|graph break|[Rr]ecompil"),
-    ("distributed", r"NCCL|nccl|ProcessGroup|process group|DistributedDataParallel|\bDDP\b"
+    ("distributed", r"NCCL|nccl|ProcessGroup|process.group|DistributedDataParallel|\bDDP\b"
                     r"|world_size|\brank\b|torchrun|MASTER_ADDR|MASTER_PORT|DataParallel"
                     r"|collective"),
     ("amp", r"autocast|GradScaler|unscale|\bAMP\b|[Mm]ixed precision"),

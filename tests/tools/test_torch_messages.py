@@ -93,7 +93,9 @@ def test_the_counts_cover_every_topic_and_package():
     versions, found = extracted(".venv")
     topics = {m.topic for m in found}
     assert topics == set(tm.TOPICS), set(tm.TOPICS) - topics
-    assert {m.package for m in found} == set(versions) == set(tm.PACKAGES)
+    # torchkeras prints nothing on these topics (its messages are about its own API)
+    assert {m.package for m in found} == set(versions) - {"torchkeras"}
+    assert set(versions) == set(tm.PACKAGES)
     assert found == tuple(sorted(found, key=lambda m: (list(tm.TOPICS).index(m.topic),
                                                        m.package, m.text, m.kind, m.files)))
 
