@@ -300,7 +300,10 @@ class Telemetry:
     ``source`` says what read them (``"pynvml"`` or ``"amdsmi"`` through ``torch.cuda``, or
     ``"nvidia-smi"``); a reading that could not be taken is None, and ``missing`` says why.
     ``busy`` says whether the device was still running the measured products when the reading
-    came back (None where nothing was read, or nothing was running).
+    came back (None where nothing was read, or nothing was running). The power draw is the
+    driver's average over its last sample period (NVML: about a second on Ampere and newer
+    GPUs), so beside a burst of some milliseconds it mostly reflects the idle pause before it;
+    the SM clock is the clock at the moment of reading.
     """
 
     sm_clock_mhz: float | None = None
@@ -394,9 +397,10 @@ def gpu_telemetry(device: torch.device | str, *,
     except Exception as exc:  # noqa: BLE001 - pynvml missing, no driver, NVML errors
         why = f"torch.cuda.clock_rate failed ({type(exc).__name__}: {exc})"
     else:
-        if rocm:  # amdsmi answers in watts, and 0 where it has no reading
-            return Telemetry(clock, power or None, temperature, "amdsmi",
-                             None if power else "amdsmi reports no power draw")
+        if rocm:  # amdsmi answers in watts, and 0 where it has no clock or power reading
+            unread = [name for name, v in (("clock", clock), ("power draw", power)) if not v]
+            return Telemetry(clock or None, power or None, temperature, "amdsmi",
+                             f"amdsmi reports no {' or '.join(unread)}" if unread else None)
         return Telemetry(clock, power / 1000, temperature, "pynvml")
     if rocm:
         return Telemetry(missing=why)
@@ -435,7 +439,9 @@ class MatmulRate:
         return f"{self.mode} {self.kind} at {m}x{k} @ {k}x{n}: {how}"
 
 
-#: A burst's figure is the median time of its fastest products, this many of them (as MAMF).
+#: A burst's figure is the median time of its fastest products, this many of them (the MAMF
+#: finder reports the mean of its best shape's products; the five fastest leave out the ones
+#: still slowed by the clock's ramp from idle).
 BURST_FASTEST = 5
 
 
@@ -462,7 +468,9 @@ def _timed_products(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: 
                     device: torch.device, telemetry: Callable[[], Telemetry]
                     ) -> tuple[list[float], Telemetry]:
     """Seconds of each of ``count`` back-to-back products, and the telemetry read while they
-    ran (read once all are queued on a CUDA GPU, whose events time each product)."""
+    ran (on a CUDA GPU, whose events time each product, all are queued first and the reading
+    is taken once half of them have finished: past the clock's ramp from idle, with products
+    still running)."""
     if device.type == "cuda":
         stream = torch.cuda.current_stream(device)
         events = [torch.cuda.Event(enable_timing=True) for _ in range(count + 1)]
@@ -470,6 +478,7 @@ def _timed_products(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, count: 
         for end in events[1:]:
             torch.matmul(a, b, out=out)
             end.record(stream)
+        events[len(events) // 2].synchronize()
         reading = telemetry()
         busy = not events[-1].query()  # still running when the reading came back
         events[-1].synchronize()
@@ -502,8 +511,9 @@ def burst_rate(device: torch.device | str, mode: str = "fp32",
     idles, so its power budget recovers and its clock returns to boost), then a burst of
     back-to-back products, each timed (CUDA events on a CUDA GPU): ``products`` of them, or
     fewer where they would take more than ``burst_seconds`` (at least ``BURST_FASTEST + 1``).
-    The shape's rate uses the median of its ``BURST_FASTEST`` fastest products, as the MAMF
-    finder does; the telemetry is read during the best shape's burst.
+    The shape's rate uses the median of its ``BURST_FASTEST`` fastest products (the MAMF
+    finder, which idles and bursts the same way over a far larger search, reports the mean of
+    its best shape's); the telemetry is read halfway through the best shape's burst.
     """
     device = _check_rate_args(device, mode)
     shapes = [tuple(s) for s in shapes]

@@ -124,6 +124,11 @@ def test_rocm_reads_watts_from_amdsmi_and_never_runs_nvidia_smi(fake_cuda):
     fake_cuda.setattr(torch.cuda, "temperature", lambda d=None: 55)
     got = matmul.gpu_telemetry("cuda:0", run=pytest.fail)
     assert (got.power_w, got.source) == (550.0, "amdsmi")
+    fake_cuda.setattr(torch.cuda, "clock_rate", lambda d=None: 0)  # amdsmi's "N/A"
+    fake_cuda.setattr(torch.cuda, "power_draw", lambda d=None: 0)
+    unread = matmul.gpu_telemetry("cuda:0", run=pytest.fail)
+    assert (unread.sm_clock_mhz, unread.power_w, unread.temperature_c) == (None, None, 55.0)
+    assert unread.missing == "amdsmi reports no clock or power draw"
     fake_cuda.setattr(torch.cuda, "clock_rate", _no_pynvml)
     failed = matmul.gpu_telemetry("cuda:0", run=pytest.fail)
     assert failed.source is None and "clock_rate failed" in failed.missing
@@ -199,12 +204,15 @@ def test_a_cuda_burst_times_each_product_with_events_and_notes_if_still_busy(fak
     seen = []
 
     def telemetry(device):
-        seen.append(device)
+        seen.append((device, FakeEvent.synced))
         return matmul.Telemetry(1980.0, 600.0, 40.0, "pynvml")
 
     burst = matmul.burst_rate("cuda:0", "bf16", SMALL, products=7, idle=0.0,
                               telemetry=telemetry)
-    assert seen == [torch.device("cuda:0")] * len(SMALL)
+    assert [device for device, _ in seen] == [torch.device("cuda:0")] * len(SMALL)
+    # Read once the middle product has finished (past the clock's ramp from idle), not as
+    # soon as the burst is queued: one event waited on before each shape's reading.
+    assert [synced for _, synced in seen] == [2 * i + 1 for i in range(len(SMALL))]
     assert burst.telemetry.busy is True, "the last event had not completed: still busy"
     assert burst.products in (6, 7) and burst.seconds > 0
     FakeEvent.done = True
