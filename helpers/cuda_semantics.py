@@ -97,8 +97,18 @@ def async_error_reports(device: torch.device | str, *,
     kernels, and where each error surfaces does not depend on when a kernel runs: without
     ``CUDA_LAUNCH_BLOCKING`` the faulty kernel waits behind the script's own queued work,
     with it every launch waits for its kernel. ``timeout`` bounds the pair together.
+
+    On a CUDA GPU a report whose error is not the device-side assert is taken again with its
+    process alone (within a new ``timeout``): a GPU in exclusive-process compute mode gives
+    the second process no context ("busy or unavailable"), and under MPS one client's fatal
+    fault can reach the other's.
     """
-    late, blocking = _run_faulty_script(device, (False, True), timeout)
+    reports = _run_faulty_script(device, (False, True), timeout)
+    if resolve_device(device).type == "cuda":
+        reports = [report if "device-side assert" in report.error
+                   else _run_faulty_script(device, (blocking,), timeout)[0]
+                   for report, blocking in zip(reports, (False, True), strict=True)]
+    late, blocking = reports
     return late, blocking
 
 

@@ -88,6 +88,43 @@ def test_a_timeout_kills_both_processes(monkeypatch) -> None:
     assert kills == ["kill blocking=False", "kill blocking=True"], _FakeFaultyScript.events
 
 
+class _ExclusiveGpuScript(_FakeFaultyScript):
+    """The faulty script on a GPU in exclusive-process compute mode: a process started while
+    another still runs gets no CUDA context at the script's first CUDA call."""
+
+    running = 0
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.busy = _ExclusiveGpuScript.running > 0
+        _ExclusiveGpuScript.running += 1
+
+    def communicate(self, timeout=None):  # noqa: ANN001
+        printed, stderr = super().communicate(timeout)
+        _ExclusiveGpuScript.running -= 1
+        if self.busy:
+            first_cuda = next(i for i, line in enumerate(ASYNC_ERROR_SCRIPT.splitlines(), 1)
+                              if "randn" in line)
+            printed, stderr = "", (
+                f'Traceback (most recent call last):\n  File "{self.script}", line '
+                f"{first_cuda}, in <module>\ntorch.AcceleratorError: CUDA error: CUDA-capable "
+                "device(s) is/are busy or unavailable\n")
+        return printed, stderr
+
+
+def test_a_process_refused_by_an_exclusive_gpu_is_run_again_alone(monkeypatch) -> None:
+    """Side by side, an exclusive-process GPU refuses the second process: its report is taken
+    again alone, so the pair says what one at a time says (the faulty line, not line 5)."""
+    monkeypatch.setattr(cuda_semantics.subprocess, "Popen", _ExclusiveGpuScript)
+    monkeypatch.setattr(cuda_semantics, "resolve_device", lambda d: torch.device("cuda", 0))
+    monkeypatch.setattr(_FakeFaultyScript, "events", [])
+    monkeypatch.setattr(_ExclusiveGpuScript, "running", 0)
+    late, blocking = async_error_reports("cuda")
+    assert "device-side assert" in late.error and "device-side assert" in blocking.error
+    assert late.lines_late > 0 and blocking.lines_late == 0
+    assert _FakeFaultyScript.events[-2:] == ["start blocking=True", "wait blocking=True"]
+
+
 def test_the_meta_device_is_refused_with_a_clear_message() -> None:
     with pytest.raises(ValueError, match="meta device runs no kernels"):
         async_error_report("meta")
