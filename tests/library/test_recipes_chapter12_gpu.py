@@ -120,3 +120,20 @@ def test_committed_small_cnn_figures_compared_by_the_pages_rule(capsys):
         lines = [ln for ln in after if ln.startswith("  ") and "_step_ms" not in ln]
         assert len(lines) == 5 and all(NO_DIFFERENCE in ln for ln in lines), out
     assert "gpu-nvidia-h200-x1: plain step" in out
+
+
+def test_residual_cnn_committed_figures_said_missing_or_shown(monkeypatch, capsys):
+    source = _cell('res_figs = helpers.results.committed("recipes", gpu_only=True)')
+    exec(source, {"helpers": helpers})
+    figs = helpers.results.committed("recipes", gpu_only=True)
+    if not figs["name"].str.startswith("resnet_").any():  # none committed yet
+        assert "No GPU figures of the residual CNN committed yet" in capsys.readouterr().out
+    faked = pd.DataFrame({"machine": ["gpu-x", "gpu-x", "gpu-x"],
+                          "name": ["plain_step_ms", "resnet_plain_step_ms",
+                                   "resnet_bf16_autocast_speedup"],
+                          "value": [2.0, 7.5, 1.8]})
+    monkeypatch.setattr(helpers.results, "committed", lambda *a, **k: faked)
+    exec(source, {"helpers": helpers})
+    out = capsys.readouterr().out
+    assert "resnet_plain_step_ms" in out and "resnet_bf16_autocast_speedup" in out
+    assert "gpu-x" in out and "plain_step_ms" not in out.replace("resnet_plain_step_ms", "")
