@@ -13,13 +13,16 @@ new torch release: install it in ``.venv``, run the first command, read the diff
 let the troubleshooting page (chapters/09_troubleshooting.md) follow.
 
 **Sources.** The packages of :data:`PACKAGES` (torch, torchvision, Accelerate, Lightning,
-torchkeras, and torchmetrics, whose metrics the book moves to the GPU):
+torchkeras, torchmetrics, whose metrics the book moves to the GPU, and Triton, which
+``torch.compile`` runs on a GPU: its runtime, compiler and backends):
 
 - *Python files* (the folders of :data:`PY_FOLDERS`): every ``raise X(...)``, every warning
   (``warnings.warn``, ``warn``, ``logger.warning``, Lightning's ``rank_zero_warn``...) and every
   ``torch._check*(cond, msg)``. The message is the first argument (or ``msg=``): string
   literals, f-strings, ``+`` and ``%`` and ``.format`` of them, a lambda returning one, or a
-  variable assigned one of those a few lines above (``msg = f"..."; raise X(msg)``).
+  variable assigned one of those a few lines above (``msg = f"..."; raise X(msg)``; one
+  message per assignment where branches assign it: ``if c: msg = "a"`` / ``else: msg =
+  "b"``), and what an exception class's ``__str__`` returns when that is all it does.
   Each part computed at run time (an f-string field, ``%s``, ``{}``, a variable) is written
   ``{}``. Statements are read one at a time (a statement's lines parsed alone), which is ten
   times faster than parsing every file whole.
@@ -69,7 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Distributions read, with the import packages (folders of site-packages) they install.
 PACKAGES = {"torch": ["torch"], "torchvision": ["torchvision"], "accelerate": ["accelerate"],
             "lightning": ["lightning"], "torchkeras": ["torchkeras"],
-            "torchmetrics": ["torchmetrics"]}
+            "torchmetrics": ["torchmetrics"], "triton": ["triton"]}
 
 #: The folders of torch whose Python files are read (relative to site-packages): the ones a
 #: GPU run goes through. Files directly in torch/ are read too. Left out: the test suite,
@@ -81,7 +84,8 @@ PY_FOLDERS = ("torch/", "torch/cuda/", "torch/backends/", "torch/amp/", "torch/c
               "torch/multiprocessing/", "torch/distributed/", "torch/_dynamo/",
               "torch/_inductor/", "torch/compiler/", "torch/mps/", "torch/xpu/",
               "torch/accelerator/", "torch/_utils.py", "torch/optim/lr_scheduler.py",
-              "torchvision/", "accelerate/", "lightning/", "torchkeras/", "torchmetrics/")
+              "torchvision/", "accelerate/", "lightning/", "torchkeras/", "torchmetrics/",
+              "triton/runtime/", "triton/compiler/", "triton/backends/", "triton/errors.py")
 #: Inside those, never read (tests, vendored code, code the user writes: templates).
 PY_SKIP = re.compile(r"/(tests?|testing|_vendor|benchmarks?|examples?)/|/test_[^/]*\.py$"
                      r"|^torch/distributed/(_shard|_sharded_tensor|_tools|rpc|pipelining"
@@ -114,7 +118,7 @@ TOPICS = {
 PATH_TOPICS = (
     ("torch/mps/", "mps"), ("torch/backends/mps/", "mps"), ("torch/xpu/", "xpu"),
     ("torch/_dynamo/", "compile"), ("torch/_inductor/", "compile"),
-    ("torch/compiler/", "compile"), ("torch/cuda/graphs.py", "compile"),
+    ("torch/compiler/", "compile"), ("torch/cuda/graphs.py", "compile"), ("triton/", "compile"),
     ("torch/distributed/", "distributed"), ("torch/nn/parallel/", "distributed"),
     ("lightning/fabric/strategies/", "distributed"), ("lightning/pytorch/strategies/",
                                                        "distributed"),
@@ -132,7 +136,7 @@ WORD_TOPICS = (
     ("compile", r"torch\.compile|[Dd]ynamo|[Ii]nductor|[Tt]riton|[Cc]uda ?[Gg]raph|CUDAGraph"
                 r"|graph break|[Rr]ecompil"),
     ("distributed", r"NCCL|nccl|ProcessGroup|process.group|DistributedDataParallel|\bDDP\b"
-                    r"|world_size|\brank\b|torchrun|MASTER_ADDR|MASTER_PORT|DataParallel"
+                    r"|world_size|\brank\b|torchrun|accelerate launch|MASTER_ADDR|MASTER_PORT|DataParallel"
                     r"|collective"),
     ("amp", r"autocast|GradScaler|unscale|\bAMP\b|[Mm]ixed precision"),
     ("workers", r"DataLoader|\bworkers?\b|num_workers|shared memory|\bshm|file.descriptor"
@@ -143,7 +147,7 @@ WORD_TOPICS = (
                r"|max_split_size|[Mm]em[Pp]ool|memory fraction|memory_fraction"),
     ("compat", r"compute capability|[Cc]apability|\bsm_|arch_list|ARCH_LIST|kernel image|\bPTX"
                r"|CUDA version|cuDNN version|[Cc]ompiled with CUDA|not compiled with|NVRTC"
-               r"|nvrtc|CUDA_HOME|nvcc"),
+               r"|nvrtc|CUDA_HOME|nvcc|[Kk]ernel version"),
     ("dtypes", r"[Bb][Ff]loat16|\bbf16\b|[Ff]loat16|\bHalf\b|\bfp16\b|\bfp8\b|[Ff]loat8|TF32"
                r"|tf32|Tensor Cores|float32_matmul_precision"),
     ("autograd", r"grad_fn|requires_grad|\bbackward\b|autograd|retain_graph|leaf Variable"
@@ -201,8 +205,12 @@ CHECK_KINDS = {"_check": "RuntimeError", "_check_value": "ValueError",
 # A line that may start a statement we read: raise, a warning call, a torch._check.
 _CANDIDATE = re.compile(
     r"^[ \t]*(?:(?:el)?if [^\n]*?:[ \t]*|else:[ \t]*|try:[ \t]*)?(raise\b|[\w.]*(?:"
-    + "|".join(sorted(WARN_CALLS | set(CHECK_KINDS))) + r")\(|super\(\)\.__init__\()", re.M)
-_ASSIGN = r"^[ \t]*{}\s*(\+?=)\s*"
+    + "|".join(sorted(WARN_CALLS | set(CHECK_KINDS))) + r")\(|super\(\)\.__init__\("
+    r"|def __str__\()", re.M)
+_ASSIGN = r"^[ \t]*{}\s*(?::[^=\n]*)?(\+?=)\s*"
+_SCOPE = re.compile(r"(async\s+)?(def|class)\s")
+# An exception class (a base named ...Error, ...Exception, ...Warning or ...Resources).
+_CLASS = re.compile(r"^[ \t]*class\s+(\w+)\([^)]*(Error|Exception|Warning)\b")
 
 
 def _statement(lines: list[str], start: int, column: int, limit: int = 60) -> ast.stmt | None:
@@ -316,24 +324,47 @@ def python_messages(path: Path) -> Iterator[tuple[str, str]]:
     lines = source.splitlines(keepends=True)
     starts = [0, *itertools.accumulate(map(len, lines))]
 
-    def resolver(before: int):
-        def resolve(name: str) -> str | None:
-            # The nearest assignment of `name` above, within 40 lines, plus its `+=`s.
-            pattern = re.compile(_ASSIGN.format(re.escape(name)))
-            parts: list[str] = []
-            for number in range(before - 1, max(before - 40, 0) - 1, -1):
-                found = pattern.match(lines[number])
-                if not found:
-                    continue
-                stmt = _statement(lines, number, len(lines[number]) - len(
-                    lines[number].lstrip()))
-                value = stmt.value if isinstance(stmt, (ast.Assign, ast.AugAssign)) else None
-                text = _text(value, lambda _: None) if value is not None else None
-                parts.insert(0, text or PLACEHOLDER)
-                if found[1] == "=":
+    def indent(number: int) -> int:
+        return len(lines[number]) - len(lines[number].lstrip())
+
+    def alternatives(name: str, before: int) -> list[str]:
+        # The assignments of `name` above line `before` (within 40 lines, in its function), each
+        # with the `+=`s that follow it. One alternative per assignment up to the first that is
+        # not inside a branch: `if c: msg = "a"` / `else: msg = "b"` gives both.
+        pattern = re.compile(_ASSIGN.format(re.escape(name)))
+        level = indent(before)
+        outside = False
+        found_texts: list[str] = []
+        parts: list[str] = []
+        for number in range(before - 1, max(before - 40, 0) - 1, -1):
+            code = lines[number].strip()
+            if code and not code.startswith("#") and indent(number) < level \
+                    and code.endswith(":"):
+                level = indent(number)  # the enclosing block's header
+                outside = outside or _SCOPE.match(code) is not None
+            found = pattern.match(lines[number])
+            if not found or (outside and indent(number) > level):
+                continue  # past the function's start, only its enclosing scope's names count
+            stmt = _statement(lines, number, indent(number))
+            value = stmt.value if isinstance(
+                stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)) else None
+            text = _text(value, lambda _: None) if value is not None else None
+            parts.insert(0, PLACEHOLDER if text is None else text)
+            if found[1] == "=":
+                found_texts.append("".join(parts))
+                parts = []
+                if indent(number) <= level:
                     break
-            text = "".join(parts)
-            return text if _LETTERS.search(text or "") else None
+        if parts:  # `+=`s with no assignment found above them
+            found_texts.append("".join(parts))
+        return [t for t in found_texts if _LETTERS.search(t)]
+
+    def chooser(choices: dict[str, list[str]], number: int, choice: int):
+        def resolve(name: str) -> str | None:
+            if name not in choices:
+                choices[name] = alternatives(name, number)
+            texts = choices[name]
+            return texts[min(choice, len(texts) - 1)] if texts else None
         return resolve
 
     for found in _CANDIDATE.finditer(source):
@@ -342,9 +373,23 @@ def python_messages(path: Path) -> Iterator[tuple[str, str]]:
         stmt = _statement(lines, number, column)
         if stmt is None:
             continue
-        result = _message_of(stmt, resolver(number))
-        if result:
-            yield result
+        if isinstance(stmt, ast.FunctionDef):  # an exception's __str__: its returned message
+            if stmt.body and isinstance(stmt.body[0], ast.Return):
+                text = _text(stmt.body[0].value, lambda _: None)
+                owner = next((lines[n] for n in range(number - 1, -1, -1)
+                              if lines[n].strip() and indent(n) < column), "")
+                exception = _CLASS.match(owner)  # the class it is in is an exception
+                if text and exception:
+                    yield exception[1], text
+            continue
+        # A name assigned in several branches gives one message per assignment.
+        choices: dict[str, list[str]] = {}
+        for choice in itertools.count():
+            result = _message_of(stmt, chooser(choices, number, choice))
+            if result:
+                yield result
+            if choice + 1 >= max(map(len, choices.values()), default=1):
+                break
 
 
 # -- messages in compiled libraries -------------------------------------------------------------

@@ -130,6 +130,24 @@ def f(device, n):
 class Missing(RuntimeError):
     def __init__(self, name):
         super().__init__(f"Cannot find a working triton for {name}")
+class NoCompiler(RuntimeError):
+    def __init__(self, compiler):
+        if compiler is None:
+            msg = f"No working C++ compiler found in {compiler}"
+        else:
+            msg = f"Compiler: {compiler} is not found."
+        super().__init__(msg)
+class OutOfResources(TritonError):
+    def __str__(self) -> str:
+        return f"out of resource: {self.name}, Required: {self.required}"
+class Point:
+    def __str__(self):
+        return f"a point at {self.x} and {self.y} on the device"
+def g(ranks):
+    error_msg: str = ""
+    for rank in ranks:
+        error_msg += f"Unexpected stage name received from rank {rank} "
+    raise RuntimeError(error_msg)
 '''
     assert messages_of(source, tmp_path) == [
         ("ValueError", "bad device {}: index {} out of range"),
@@ -139,6 +157,10 @@ class Missing(RuntimeError):
         ("NotImplementedError", "Cannot {} on {}"),
         ("AssertionError", "Torch not compiled with CUDA enabled"),
         ("Exception", "Cannot find a working triton for {}"),
+        ("Exception", "Compiler: {} is not found."),  # one message per branch's assignment
+        ("Exception", "No working C++ compiler found in {}"),
+        ("OutOfResources", "out of resource: {}, Required: {}"),  # an exception's __str__
+        ("RuntimeError", "Unexpected stage name received from rank {} "),  # Point's is no error
     ]
 
 
