@@ -77,14 +77,25 @@ def test_enough_messages_are_drawn():
     assert len(CASES) >= AT_LEAST, f"only {len(CASES)} entries quote a message of {OUTPUT.name}"
 
 
-def search_box(page, server: str, text: str) -> list[str]:
-    """Type ``text`` into the search page's box, submit it; the result links, best first."""
+@pytest.fixture(scope="module")
+def search_page(server, browser):
+    """One search page for every message (each search is one navigation, as a reader's
+    second search from the results page is), and the script errors it raises."""
+    page = browser.new_page()
+    errors = page_errors(page)
     page.goto(f"{server}/search.html", wait_until="load")
+    yield page, errors
+    page.close()
+
+
+def search_box(page, text: str) -> list[str]:
+    """Type ``text`` into the search page's box, submit it; the result links, best first."""
     box = page.locator("#search-results").locator("xpath=..").locator("input[name='q']")
     if not box.count():
         box = page.locator("form[action$='search.html'] input[name='q']:visible")
     box.first.fill(text)
-    box.first.press("Enter")
+    with page.expect_navigation(wait_until="load"):
+        box.first.press("Enter")
     page.wait_for_selector("#search-results .search-summary", timeout=60_000)
     return page.eval_on_selector_all("#search-results li > a", "els => els.map(e => e.href)")
 
@@ -93,15 +104,12 @@ def search_box(page, server: str, text: str) -> list[str]:
                          [(i, label, message) for i, (label, message) in enumerate(CASES)],
                          ids=[label for label, _ in CASES])
 def test_a_pasted_message_from_the_tool_lands_on_its_entry(index, label, message, server,
-                                                            browser):
+                                                            search_page):
     text = pasted(label, message, index)
-    page = browser.new_page()
-    errors = page_errors(page)
-    try:
-        links = search_box(page, server, text)
-        assert links, f"searching {text!r} found nothing"
-        assert links[0] == f"{server}/{TROUBLESHOOTING}.html#{label}", \
-            f"searching {text!r} lists first {links[0]} (then {links[1:3]})"
-        assert not errors, f"the search page raised: {errors}"
-    finally:
-        page.close()
+    page, errors = search_page
+    errors.clear()
+    links = search_box(page, text)
+    assert links, f"searching {text!r} found nothing"
+    assert links[0] == f"{server}/{TROUBLESHOOTING}.html#{label}", \
+        f"searching {text!r} lists first {links[0]} (then {links[1:3]})"
+    assert not errors, f"the search page raised: {errors}"
