@@ -229,3 +229,15 @@ def test_chunks_time_equal_parts_of_the_training():
     assert fm.train(recipe, "cpu", data, data, warmup_steps=1).chunk_rates == ()
     with pytest.raises(ValueError, match="chunks"):
         fm.train(recipe, "cpu", data, data, chunks=0)
+
+
+def test_train_without_warm_up_trains_the_same_model():
+    # the chapter's CPU short version passes warmup_steps=0; the throw-away model's warm-up
+    # must not change what the real one learns (it draws from its own seed)
+    data, test = _data(128), _data(64, seed=1)
+    recipe = replace(fm.STEPS[4], batch_size=32, epochs=1)
+    cold = fm.train(recipe, "cpu", data, test, seed=2, warmup_steps=0)
+    warm = fm.train(recipe, "cpu", data, test, seed=2, warmup_steps=2)
+    assert cold.images == warm.images == 128 and cold.prepare_s > 0
+    for a, b in zip(cold.model.parameters(), warm.model.parameters(), strict=True):
+        assert torch.equal(a, b)
