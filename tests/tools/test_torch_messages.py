@@ -226,3 +226,16 @@ def test_the_tool_documents_its_rules():
     doc = ast.get_docstring(ast.parse((ROOT / "tools" / "torch_messages.py").read_text()))
     for name in ("PATH_TOPICS", "WORD_TOPICS", "PY_FOLDERS", "LIBRARIES", "--diff"):
         assert name in doc, name
+
+
+def test_the_page_names_the_versions_its_messages_come_from():
+    """The troubleshooting page's method section names each package version the committed
+    outputs were extracted from (a regenerated output with a new version fails here until the
+    page says so)."""
+    text = (ROOT / "chapters" / "09_troubleshooting.md").read_text()
+    method = text[text.index("(grp-method)="):]
+    method = " ".join(method.split())
+    for out in OUTPUTS.values():
+        versions, _ = tm.parse(out.read_text())
+        missing = {p: v for p, v in versions.items() if v not in method}
+        assert not missing, f"the method section does not name {missing} ({out.name})"
