@@ -117,8 +117,8 @@ def one_cycle(step: int, total: int, peak: float, *, warmup: float = 0.25) -> fl
 
 
 def fused_supported(device: torch.device | str) -> bool:
-    """Whether Adam has a fused kernel (``fused=True``) on ``device``'s type: CUDA and the CPU
-    in every torch the book supports (2.9 and later)."""
+    """Whether Adam has a fused kernel (``fused=True``) on ``device``'s type (chapter 14): CUDA
+    and the CPU in every torch the book supports (2.9 and later)."""
     return torch.device(device).type in ("cuda", "cpu")
 
 
@@ -141,8 +141,8 @@ def make_optimizer(model: nn.Module, lr: float, *, fused: bool = False,
 
 
 def set_lr(optimizer: torch.optim.Optimizer, value: float) -> None:
-    """Set every group's learning rate: in place where it is a tensor (a captured step reads
-    it), else by assignment."""
+    """Set every group's learning rate (chapter 14): in place where it is a tensor (a captured
+    step reads it), else by assignment."""
     for group in optimizer.param_groups:
         if isinstance(group["lr"], torch.Tensor):
             group["lr"].fill_(value)
@@ -164,8 +164,9 @@ def precision_dtype(device: torch.device | str) -> torch.dtype | None:
 
 
 class CudaGraphs:
-    """Warm-up on a side stream and capture into a CUDA graph on ``device`` (torch's recipe
-    for whole-network capture); :func:`capture_step`'s default backend. Tests pass a fake."""
+    """Warm-up on a side stream and capture into a CUDA graph on ``device`` (chapter 14; torch's
+    recipe for whole-network capture); :func:`capture_step`'s default backend. Tests pass a
+    fake."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -259,8 +260,9 @@ STEPS: tuple[Recipe, ...] = (
 
 @dataclass(frozen=True)
 class TrainRun:
-    """What :func:`train` measured: images trained, training seconds (synchronised), the
-    seconds spent before them on warm-up and capture, and the test accuracy afterwards."""
+    """What :func:`train` measured (chapter 14): images trained, training seconds
+    (synchronised), the seconds spent before them on warm-up and capture, and the test accuracy
+    afterwards."""
 
     recipe: Recipe
     images: int
@@ -312,8 +314,9 @@ def _step_body(model: nn.Module, optimizer: torch.optim.Optimizer,
 
 def device_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
                   batch_size: int = 2_000) -> float:
-    """Share of ``images`` that ``model`` classifies as ``labels``, computed on their device
-    in evaluation mode (one number read back at the end); the model is left in training mode."""
+    """Share of ``images`` that ``model`` classifies as ``labels`` (chapter 14), computed on
+    their device in evaluation mode (one number read back at the end); the model is left in
+    training mode."""
     model.eval()
     correct = torch.zeros((), dtype=torch.long, device=images.device)
     with torch.no_grad():
