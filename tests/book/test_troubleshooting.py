@@ -397,17 +397,29 @@ def find_driver_too_old(entry: Entry) -> None:
     in_library(LIB / "libc10_cuda.so", quote, ["12040"])
 
 
-def raise_unsupported_gpu() -> str | list[str]:
-    # torch's own check, run as for a Kaggle P100 (compute capability 6.0).
+def warning_on_one_gpu(check: str, name: str, capability: tuple[int, int],
+                       cuda_version: str | None = None, **cuda_attrs) -> str:
+    """The first warning ``torch.cuda.<check>()`` gives on a faked machine with one GPU,
+    ``name`` of compute ``capability``; ``cuda_attrs`` fake more of ``torch.cuda``, and
+    ``cuda_version`` the CUDA version the wheel was built with."""
     with pytest.MonkeyPatch.context() as m, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        m.setattr(torch.cuda, "is_available", lambda: True)  # get_arch_list() asks
+        if cuda_version is not None:
+            m.setattr(torch.version, "cuda", cuda_version)
         m.setattr(torch.cuda, "device_count", lambda: 1)
-        m.setattr(torch.cuda, "get_device_capability", lambda device=None: (6, 0))
-        m.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla P100-PCIE-16GB")
-        torch.cuda._check_capability()
-    assert caught, "torch.cuda._check_capability() did not warn"
+        m.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        m.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+        for attr, value in cuda_attrs.items():
+            m.setattr(torch.cuda, attr, value)
+        getattr(torch.cuda, check)()
+    assert caught, f"torch.cuda.{check}() did not warn"
     return normalise(f"UserWarning: {caught[0].message}")
+
+
+def raise_unsupported_gpu() -> str | list[str]:
+    # torch's own check, run as for a Kaggle P100 (compute capability 6.0).
+    return warning_on_one_gpu("_check_capability", "Tesla P100-PCIE-16GB", (6, 0),
+                              is_available=lambda: True)  # get_arch_list() asks
 
 
 def find_cuda_unknown_error(entry: Entry) -> None:
@@ -1189,17 +1201,9 @@ def find_cublas_no_context(entry: Entry) -> None:
 def raise_sm_incompatible() -> str | list[str]:
     # torch's check of the wheel's kernels (_check_cubins), run as for an RTX 5090 (sm_120)
     # with a wheel built for GPUs up to sm_90.
-    with pytest.MonkeyPatch.context() as m, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        m.setattr(torch.version, "cuda", "12.6")
-        m.setattr(torch.cuda, "get_arch_list",
-                  lambda: ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"])
-        m.setattr(torch.cuda, "device_count", lambda: 1)
-        m.setattr(torch.cuda, "get_device_capability", lambda device=None: (12, 0))
-        m.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA GeForce RTX 5090")
-        torch.cuda._check_cubins()
-    assert caught, "torch.cuda._check_cubins() did not warn"
-    return normalise(f"UserWarning: {caught[0].message}")
+    arches = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+    return warning_on_one_gpu("_check_cubins", "NVIDIA GeForce RTX 5090", (12, 0),
+                              cuda_version="12.6", get_arch_list=lambda: arches)
 
 
 def find_device_count_804(entry: Entry) -> None:
