@@ -1709,35 +1709,40 @@ def test_the_tensor_cores_fix_works_with_lightning_and_chapter_3s_way_raises(
         torch.backends.cuda.matmul.fp32_precision = precision
 
 
-SEEN = re.compile(r"^<small>Seen in: \[(?P<name>[\w.-]+/[\w.-]+#\d+)\]"
-                  r"\((?P<url>https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+)\) "
-                  r"and (?P<count>\d+) similar reports?</small>$", re.M)
+SEEN = re.compile(r"^<small>Seen in: (?:\[(?P<name>[\w.-]+/[\w.-]+#\d+)\]"
+                  r"\((?P<url>https://github\.com/[\w.-]+/[\w.-]+/(?:issues|pull)/\d+)\)"
+                  r"(?: and (?P<count>\d+) similar reports?|, the only report quoting it among "
+                  r"the \d+ results)|no report quoting it among the \d+ results of a search "
+                  r"for its message)</small>$", re.M)
 
 
 def test_entries_are_ranked_by_their_evidence(troubleshooting: dict[str, Entry]) -> None:
-    """The method of issue 29: an entry's 'Seen in' line links a report (whose name matches its
-    address) and counts the similar ones among twelve search results; within a group the
-    entries go most reported first, and those without evidence after them; every group opens
-    with an entry that has evidence, and at least 20 entries have it."""
-    counts: dict[str, int] = {}
+    """The method of issue 29: every entry has one 'Seen in' line, before its 'Checked with'
+    line, which says what tools/troubleshooting-evidence.tsv holds for it (the first matching
+    report, linked under its own name, and the count of the others); within a group the entries
+    go most reported first (tools/troubleshooting_rank.py check); every group opens with an
+    entry some report quotes, and the file's searches cover every entry."""
+    from tools import troubleshooting_rank as rank
+
+    evidence = rank.read_evidence()
+    assert set(evidence) == set(troubleshooting), "the evidence file and the page's entries differ"
     for entry in troubleshooting.values():
         lines = list(SEEN.finditer(entry.text))
-        assert len(lines) == len(re.findall(r"Seen in", entry.text)), \
-            f"[{entry.label}] its 'Seen in' line is not in the expected form"
-        if lines:
-            seen = lines[0]
+        assert len(lines) == 1 == len(re.findall(r"Seen in", entry.text)), \
+            f"[{entry.label}] needs one 'Seen in' line in the expected form"
+        seen = lines[0]
+        if seen["url"]:
             owner_repo, number = seen["name"].split("#")
             assert seen["url"].split("github.com/")[1].split("/")[:2] == owner_repo.split("/")
             assert seen["url"].rsplit("/", 1)[1] == number, f"[{entry.label}] link and name differ"
-            assert 0 <= int(seen["count"]) <= 11, f"[{entry.label}] counts beyond 12 results"
-            assert entry.text.index("Seen in") < entry.text.index("<small>Checked with")
-            counts[entry.label] = int(seen["count"])
-    assert len(counts) >= 20, f"only {len(counts)} entries carry evidence"
+        assert entry.text.index("Seen in") < entry.text.index("<small>Checked with") if \
+            "<small>Checked with" in entry.text else True
+    problems = rank.problems(rank.PAGE.read_text(), evidence)
+    assert not problems, problems
     groups: dict[str, list[str]] = {}
     for entry in troubleshooting.values():  # in the page's order
         groups.setdefault(entry.group, []).append(entry.label)
     for group, labels in groups.items():
-        ranks = [counts.get(label, -1) for label in labels]
-        assert ranks[0] >= 0, f"the group {group!r} opens with {labels[0]}, which has no evidence"
-        assert ranks == sorted(ranks, reverse=True), \
-            f"the group {group!r} is not ordered most reported first: {dict(zip(labels, ranks, strict=True))}"
+        assert evidence[labels[0]].rank > 0, \
+            f"the group {group!r} opens with {labels[0]}, which no report quotes"
+    assert sum(1 for row in evidence.values() if row.rank) >= 100
