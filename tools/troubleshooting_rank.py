@@ -9,7 +9,7 @@ query), how many ``results`` the search returned (at most 12), and the addresses
 with runs of whitespace collapsed, in the search's order. Nothing is judged by eye, so anyone
 can run the same queries again and compare.
 
-    python tools/troubleshooting_rank.py queries   # the searches to run: entries without a row
+    python tools/troubleshooting_rank.py queries   # entries without a row, and their messages
     python tools/troubleshooting_rank.py apply     # write each entry's "Seen in" line, order groups
     python tools/troubleshooting_rank.py check     # the page agrees with the evidence (exit 1 if not)
 
@@ -32,7 +32,7 @@ PAGE = ROOT / "chapters" / "09_troubleshooting.md"
 EVIDENCE = ROOT / "tools" / "troubleshooting-evidence.tsv"
 COLUMNS = ["label", "query", "key", "results", "matches"]
 LABEL = re.compile(r"^\((err-[\w-]+)\)=$", re.M)
-SEEN_LINE = re.compile(r"^<small>Seen in: .*</small>\n\n", re.M)
+SEEN_LINE = re.compile(r"^<small>Seen in: .*</small>\n+", re.M)
 REPORT = re.compile(r"^https://github\.com/([\w.-]+)/([\w.-]+)/(?:issues|pull)/(\d+)$")
 
 
@@ -72,17 +72,22 @@ def read_evidence(path: Path = EVIDENCE) -> dict[str, Evidence]:
     """The evidence rows by label; a malformed row is refused with its line number."""
     if not path.is_file():
         raise SystemExit(f"{path} is missing: it holds the searches behind the page's ranking")
-    lines = [line for line in path.read_text().splitlines() if not line.startswith("#")]
-    reader = csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+    numbered = [(number, line) for number, line in enumerate(path.read_text().splitlines(), 1)
+                if not line.startswith("#")]
+    reader = csv.DictReader([line for _, line in numbered], delimiter="\t",
+                            quoting=csv.QUOTE_NONE)
     if reader.fieldnames != COLUMNS:
         raise SystemExit(f"{path.name}: the header must be {COLUMNS}, not {reader.fieldnames}")
     found: dict[str, Evidence] = {}
-    for number, row in enumerate(reader, start=2):
-        where = f"{path.name}, row {number} ({row.get('label')})"
+    for (number, _), row in zip(numbered[1:], reader, strict=True):
+        where = f"{path.name}, line {number} ({row.get('label')})"
+        if None in row.values() or None in row:
+            raise SystemExit(f"{where}: needs exactly the {len(COLUMNS)} tab-separated columns "
+                             f"{COLUMNS} (an empty last column still needs its tab)")
         matches = tuple(row["matches"].split())
         if not row["results"].isdigit() or not 0 <= len(matches) <= int(row["results"]) <= 12:
             raise SystemExit(f"{where}: results must be 0-12 and at least the matches")
-        if normalise(row["key"]) not in normalise(row["query"]):
+        if not row["key"].strip() or normalise(row["key"]) not in normalise(row["query"]):
             raise SystemExit(f"{where}: the key must be a part of the query")
         bad = [url for url in matches if not REPORT.match(url)]
         if bad or len(set(matches)) != len(matches):
@@ -92,6 +97,13 @@ def read_evidence(path: Path = EVIDENCE) -> dict[str, Evidence]:
         found[row["label"]] = Evidence(row["label"], row["query"], row["key"],
                                        int(row["results"]), matches)
     return found
+
+
+def _last_checked(entry_text: str) -> re.Match | None:
+    """The entry's own "Checked with" (or "Quoted for") line: its last one, after any
+    dropdown of older wordings, which may hold such lines of its own."""
+    found = list(re.finditer(r"^<small>(?:Checked with|Quoted for)", entry_text, re.M))
+    return found[-1] if found else None
 
 
 @dataclass
@@ -136,7 +148,7 @@ def apply(text: str, evidence: dict[str, Evidence]) -> str:
             out.append(section)
             continue
         body = SEEN_LINE.sub("", section.text)
-        at = re.search(r"^<small>(?:Checked with|Quoted for)", body, re.M)
+        at = _last_checked(body)
         if at is None:
             raise SystemExit(f"[{section.label}] has no 'Checked with' line to put its evidence before")
         body = body[:at.start()] + evidence[section.label].line() + "\n\n" + body[at.start():]
@@ -184,8 +196,22 @@ def problems(text: str, evidence: dict[str, Evidence]) -> list[str]:
         lines = re.findall(r"^<small>Seen in: .*</small>$", section.text, re.M)
         if lines != [row.line()]:
             found.append(f"{row.label}: the page says {lines}, the evidence {row.line()!r}")
-    if not found and apply(text, evidence) != text:
-        found.append("the entries are not in the order of their evidence: run `apply`")
+        elif not re.search(rf"^{re.escape(row.line())}\n\n<small>(?:Checked with|Quoted for)"
+                           r"(?![\s\S]*^<small>(?:Checked with|Quoted for))",
+                           section.text, re.M):
+            found.append(f"{row.label}: its 'Seen in' line is not just before its own "
+                         "'Checked with' line")
+    linked = CONTENTS_LINK.findall("\n".join(re.findall(r"^- \{ref\}`[^`]*<grp-.*$", text, re.M)))
+    found += [f"{label}: the contents list links no such entry" for label in linked
+              if label not in labels]
+    found += [f"{label}: the contents list does not link it" for label in labels
+              if label not in linked]
+    if not found:
+        ordered = apply(text, evidence)
+        if [s.label for s in split_page(ordered) if s.label] != labels:
+            found.append("the entries are not in the order of their evidence: run `apply`")
+        elif ordered != text:
+            found.append("the contents list is not in the entries' order: run `apply`")
     return found
 
 
@@ -200,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "queries":
         for section in split_page(text):
             if section.label and section.label not in evidence:
-                title = re.search(r"^### (.*)$", section.text, re.M).group(1)
-                print(f"{section.label}\t{title}")
+                message = re.search(r"```text\n(.*?)\n", section.text)
+                print(f"{section.label}\t{message.group(1) if message else ''}")
         return 0
     if args.command == "apply":
         new = apply(text, evidence)
