@@ -1,6 +1,9 @@
 """A Colab-like run: a clean environment that has torch (as Colab does) but not `helpers`,
 a working directory outside the repository, and a chapter executed from its first cell, whose
-setup cell installs `helpers` from a built package (not from the repository folder).
+setup cell installs `helpers` from a built package (not from the repository folder). The
+chapter is the appendix: the cheapest page to execute (no training, no subprocess of its own)
+with the same setup cell as every chapter, and the page that reads the most of what the
+package carries (every committed result file, from the installed copy).
 
 Chapter 10 runs in such an environment too, without torchkeras and Lightning (Colab ships
 Accelerate only): its install cell must install them through the helpers package's
@@ -27,7 +30,7 @@ from tests.conftest import ROOT
 from tests.support import run_command
 from tools import wheelhouse
 
-CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
+CHAPTER = ROOT / "chapters" / "appendix_results.ipynb"
 TRAINERS_CHAPTER = ROOT / "chapters" / "10_trainers.ipynb"
 #: What Colab lacks of the trainers extra (it ships Accelerate), as distributions.
 NOT_ON_COLAB = ("torchkeras", "lightning", "pytorch-lightning")
@@ -43,6 +46,15 @@ NotebookClient(nb, timeout=900, kernel_name="python3",
                resources={"metadata": {"path": sys.argv[2]}}).execute()
 nbformat.write(nb, sys.argv[3])
 """
+
+#: Run in the chapter's kernel after its last cell (a cell the test appends to its copy).
+PROBE_TAG = "colab-test-probe"
+PROBE = """\
+from helpers.results import load_results, results_dir, show_committed
+
+print(results_dir())
+print(*sorted(d["_path"].rsplit("/", 1)[1] for d in load_results()))
+show_committed("matmul")"""
 
 
 def _build_wheel(tmp_path: Path) -> tuple[Path, Path]:
@@ -140,7 +152,7 @@ def _clean_environment(tmp_path: Path, wheel: Path, hide: tuple[str, ...] = (),
     return py, env, env_site, work
 
 
-@pytest.mark.skipif(not CHAPTER.exists(), reason="chapter 1 is not written yet")
+@pytest.mark.skipif(not CHAPTER.exists(), reason="the appendix is not written yet")
 def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     # 1. The package as a user gets it.
     wheel, source = _build_wheel(tmp_path)
@@ -150,9 +162,17 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
 
     # 3. Execute the chapter from outside the repository.
     notebook = work / CHAPTER.name
-    shutil.copy(CHAPTER, notebook)
+    nb = nbformat.read(CHAPTER, as_version=4)
+    # After the chapter, in its kernel (no second interpreter to start): where the installed
+    # library looks for result files, and the table the chapters show.
+    nb.cells.append(nbformat.v4.new_code_cell(PROBE, metadata={"tags": [PROBE_TAG]}))
+    nbformat.write(nb, notebook)
     out = work / "executed.ipynb"
     run_command([str(py), "-c", RUNNER, str(notebook), str(work), str(out)], cwd=work, env=env)
+    nb = nbformat.read(out, as_version=4)
+    *chapter_cells, probe = nb.cells
+    assert probe.metadata["tags"] == [PROBE_TAG] and probe.source == PROBE
+    assert len(chapter_cells) == len(nbformat.read(CHAPTER, as_version=4).cells)
 
     installed = list(env_site.glob("helpers/__init__.py"))
     assert installed, "the setup cell did not install helpers into the clean environment"
@@ -164,14 +184,14 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     committed = sorted(p.name for p in (source / "results").glob("*.json"))
     assert FAKE.name in committed
     assert sorted(p.name for p in (env_site / "helpers" / "_results").glob("*.json")) == committed
-    seen = run_command([str(py), "-c", "from helpers.results import load_results, results_dir; "
-                        "print(results_dir()); print(*sorted(d['_path'].rsplit('/', 1)[1] "
-                        "for d in load_results()))"], cwd=work, env=env).stdout.splitlines()
+    seen = "".join(o.get("text", "") for o in probe.outputs
+                   if o.get("output_type") == "stream").splitlines()
+    assert len(seen) == 2, probe.outputs
     assert seen[0] == str(env_site / "helpers" / "_results")
     assert seen[1].split() == committed
     # and the chapters' table shows the GPU machine's figures from the installed copy
-    shown = run_command([str(py), "-c", "import helpers.results as r; r.show_committed('matmul')"],
-                        cwd=work, env=env).stdout
+    (shown,) = [o["data"]["text/plain"] for o in probe.outputs
+                if o.get("output_type") == "display_data"]
     fake = json.loads(FAKE.read_text())
     assert "Fake GPU for tests x1" in shown and "driver 000.00-fake" in shown
     matmul = [f for f in fake["figures"] if f["workload"] == "matmul"]
@@ -182,11 +202,16 @@ def test_chapter_runs_where_helpers_must_be_installed(tmp_path):
     assert all(f"{name} [{f['unit']}] on {f['device']}" in shown
                for name, f in zip(named, matmul, strict=True)), shown
     assert any(f"{f['value']:g}" in shown or f"{f['value']}" in shown for f in matmul), shown
-    nb = nbformat.read(out, as_version=4)
-    setup_cell = next(c for c in nb.cells if c.cell_type == "code")
+    setup_cell = next(c for c in chapter_cells if c.cell_type == "code")
     setup_output = "".join(o.get("text", "") for o in setup_cell.outputs
                            if o.get("output_type") == "stream")
     assert "Using device:" in setup_output
+    # the page itself read every committed file from the installed copy, the fake GPU's too
+    page = "".join(o.get("text", "") + o.get("data", {}).get("text/html", "")
+                   for c in chapter_cells if c.cell_type == "code" for o in c.outputs)
+    assert f"{len(committed)} result file(s) in _results/:" in page, page[:2000]
+    assert all(f"  {name}: " in page for name in committed), page[:2000]
+    assert "Fake GPU for tests x1" in page
     errors = [o for c in nb.cells if c.cell_type == "code"
               and "raises-exception" not in c.metadata.get("tags", [])
               for o in c.outputs if o.get("output_type") == "error"]
