@@ -16,16 +16,24 @@ def test_the_faulty_call_is_marked_once_and_is_the_cross_entropy() -> None:
     assert len(marked) == 1 and "cross_entropy(logits, target)" in marked[0]
 
 
-def test_on_the_cpu_the_error_is_raised_by_the_faulty_call() -> None:
-    report = async_error_report("cpu")
+@pytest.fixture(scope="module")
+def one_cpu_report() -> cuda_semantics.AsyncErrorReport:
+    """``async_error_report("cpu")``, run once (a fresh process that imports torch) for the
+    tests that read it."""
+    return async_error_report("cpu")
+
+
+def test_on_the_cpu_the_error_is_raised_by_the_faulty_call(one_cpu_report) -> None:
+    report = one_cpu_report
     assert report.error == "IndexError: Target 10 is out of bounds."
     assert report.reported_line == report.faulty_line and report.lines_late == 0
     assert report.printed == "", "nothing after the faulty call ran"
 
 
-def test_both_ways_at_once_give_the_reports_of_one_way_at_a_time_on_the_cpu() -> None:
+def test_both_ways_at_once_give_the_reports_of_one_way_at_a_time_on_the_cpu(
+        one_cpu_report) -> None:
     late, blocking = async_error_reports("cpu")
-    one = async_error_report("cpu")
+    one = one_cpu_report
     assert late == blocking == one, (late, blocking, one)
 
 
