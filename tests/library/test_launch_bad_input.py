@@ -222,10 +222,15 @@ def test_python_module_program(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_launch_a_rank_that_fails(script):
+    # Also test_launch.py's crashed-rank case (it started a torchrun run of its own for the
+    # same failure with one process): the error names the cause and the command, and, since
+    # nothing was echoed, carries the output with the ranks' own words.
     prog = script("raise SystemExit('rank failed on purpose')\n")
     with pytest.raises(L.LaunchError, match="failed with exit code") as caught:
         L.launch(2, [prog], timeout=300, echo=False)
     assert "a rank crashed" in str(caught.value)
+    assert f"--nproc-per-node 2 {prog}" in str(caught.value)
+    assert "rank failed on purpose" in str(caught.value)
 
 
 def test_python_is_this_one():
