@@ -155,8 +155,9 @@ def test_capture_step_warms_up_then_restores_the_model_and_optimizer():
 
 
 def test_captured_training_equals_eager_training(monkeypatch):
-    data, test = _data(256), _data(128, seed=1)
-    recipe = replace(fm.STEPS[-2], batch_size=64, epochs=2)  # the captured step
+    # 8 steps over 2 epochs (as with 256 images in batches of 64), at half the images a step
+    data, test = _data(128), _data(64, seed=1)
+    recipe = replace(fm.STEPS[-2], batch_size=32, epochs=2)  # the captured step
     assert recipe.captured
     eager = fm.train(recipe, "cpu", data, test, seed=5, warmup_steps=1)
     assert not eager.captured
@@ -180,7 +181,7 @@ def test_captured_training_equals_eager_training(monkeypatch):
     run = fm.train(recipe, "cpu", data, test, seed=5, warmup_steps=1, graphs=graphs)
     assert run.captured and run.model is built[-1][0]
     assert (graphs.warmups, graphs.captures) == (3, 1)
-    assert graphs.replays == 2 * (256 // 64) and run.images == 512
+    assert graphs.replays == 2 * (128 // 32) and run.images == 256
     for a, b in zip(eager.model.parameters(), run.model.parameters(), strict=True):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
     assert run.accuracy == eager.accuracy
@@ -190,11 +191,12 @@ def test_captured_training_equals_eager_training(monkeypatch):
 def test_every_step_trains_and_counts_its_images(recipe):
     from torch.utils.data import DataLoader, TensorDataset
 
-    data, test = _data(256), _data(100, seed=1)
-    small = replace(recipe, batch_size=min(recipe.batch_size, 64))
+    # 4 steps an epoch (as with 256 images in batches of 64), at half the images a step
+    data, test = _data(128), _data(50, seed=1)
+    small = replace(recipe, batch_size=min(recipe.batch_size, 32))
     loader = DataLoader(TensorDataset(*data), batch_size=small.batch_size, shuffle=True)
     run = fm.train(small, "cpu", data, test, loader=loader, warmup_steps=1)
-    assert run.images == small.epochs * 256  # 256 is a multiple of every batch here
+    assert run.images == small.epochs * 128  # 128 is a multiple of every batch here
     assert run.seconds > 0 and run.prepare_s > 0 and 0 <= run.accuracy <= 1
     assert run.images_per_s == pytest.approx(run.images / run.seconds)
     assert not run.captured and run.model.training
@@ -222,8 +224,8 @@ def test_train_and_busy_share_refuse_what_they_cannot_do():
 
 
 def test_chunks_time_equal_parts_of_the_training():
-    data = _data(256)
-    recipe = replace(fm.STEPS[1], batch_size=32)
+    data = _data(128)
+    recipe = replace(fm.STEPS[1], batch_size=16)  # 8 steps, 2 in each chunk
     run = fm.train(recipe, "cpu", data, data, warmup_steps=1, chunks=4)
     assert len(run.chunk_rates) == 4 and all(r > 0 for r in run.chunk_rates)
     assert fm.train(recipe, "cpu", data, data, warmup_steps=1).chunk_rates == ()
@@ -234,10 +236,10 @@ def test_chunks_time_equal_parts_of_the_training():
 def test_train_without_warm_up_trains_the_same_model():
     # the chapter's CPU short version passes warmup_steps=0; the throw-away model's warm-up
     # must not change what the real one learns (it draws from its own seed)
-    data, test = _data(128), _data(64, seed=1)
-    recipe = replace(fm.STEPS[4], batch_size=32, epochs=1)
+    data, test = _data(64), _data(32, seed=1)
+    recipe = replace(fm.STEPS[4], batch_size=16, epochs=1)  # 4 steps, as 128 in batches of 32
     cold = fm.train(recipe, "cpu", data, test, seed=2, warmup_steps=0)
     warm = fm.train(recipe, "cpu", data, test, seed=2, warmup_steps=2)
-    assert cold.images == warm.images == 128 and cold.prepare_s > 0
+    assert cold.images == warm.images == 64 and cold.prepare_s > 0
     for a, b in zip(cold.model.parameters(), warm.model.parameters(), strict=True):
         assert torch.equal(a, b)
