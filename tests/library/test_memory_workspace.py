@@ -328,41 +328,53 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 from helpers.memory import WideMLP, _on_meta, predict_autocast_saved, saved_tensor_bytes
 
-dtype = getattr(torch, sys.argv[1])
 build = partial(WideMLP, in_features=24, width=48, depth=3)
-mode, cuda = FakeTensorMode(), torch.device("cuda", 0)
-net = _on_meta(build)
-for module in net.modules():
-    for name, p in list(module._parameters.items()):
-        module._parameters[name] = nn.Parameter(FakeTensor(mode, p.detach(), cuda))
-x = FakeTensor(mode, torch.empty(256, 24, device="meta"), cuda)
-y = FakeTensor(mode, torch.empty(256, dtype=torch.long, device="meta"), cuda)
-torch.set_autocast_enabled("cuda", True)
-torch.set_autocast_dtype("cuda", dtype)
-try:
-    with mode:
-        saved, _ = saved_tensor_bytes(lambda: nn.functional.cross_entropy(net(x), y),
-                                      exclude=[*net.parameters(), x, y])
-finally:
-    torch.set_autocast_enabled("cuda", False)
-    torch.clear_autocast_cache()
-print(saved, predict_autocast_saved(build, (24,), 256, device_type="cuda", dtype=dtype))
+cuda = torch.device("cuda", 0)
+for name in sys.argv[1:]:  # each dtype afresh: its own fake mode, net and inputs
+    dtype = getattr(torch, name)
+    mode = FakeTensorMode()
+    net = _on_meta(build)
+    for module in net.modules():
+        for key, p in list(module._parameters.items()):
+            module._parameters[key] = nn.Parameter(FakeTensor(mode, p.detach(), cuda))
+    x = FakeTensor(mode, torch.empty(256, 24, device="meta"), cuda)
+    y = FakeTensor(mode, torch.empty(256, dtype=torch.long, device="meta"), cuda)
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", dtype)
+    try:
+        with mode:
+            saved, _ = saved_tensor_bytes(lambda: nn.functional.cross_entropy(net(x), y),
+                                          exclude=[*net.parameters(), x, y])
+    finally:
+        torch.set_autocast_enabled("cuda", False)
+        torch.clear_autocast_cache()
+    print(name, saved,
+          predict_autocast_saved(build, (24,), 256, device_type="cuda", dtype=dtype))
 """
+_FAKE_CUDA_DTYPES = ("bfloat16", "float16")
 
 
-@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_autocast_on_cuda_against_torchs_own_cuda_kernels(dtype) -> None:
+@pytest.fixture(scope="module")
+def fake_cuda_autocast() -> subprocess.CompletedProcess:
+    """The script above run once for both dtypes (one process importing torch, not two)."""
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-c", _FAKE_CUDA_AUTOCAST, *_FAKE_CUDA_DTYPES],
+                          cwd=root, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+
+
+@pytest.mark.parametrize("dtype", _FAKE_CUDA_DTYPES)
+def test_autocast_on_cuda_against_torchs_own_cuda_kernels(dtype, fake_cuda_autocast) -> None:
     # the prediction before the fix missed the 16-bit log-probabilities cross_entropy saves
     # on CUDA (160 KiB on the H200's MLP, 5 KiB here)
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", _FAKE_CUDA_AUTOCAST, dtype], cwd=root,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(root)})
+    done = fake_cuda_autocast
     if done.returncode != 0 and not torch.cuda.is_available() \
             and "CUDA" in done.stderr and "driver" in done.stderr:
         pytest.skip(f"torch {torch.__version__} initialises CUDA for fake CUDA tensors")
     assert done.returncode == 0, done.stderr[-2000:]
-    real, predicted = map(int, done.stdout.split())
+    rows = [line.split() for line in done.stdout.splitlines()]
+    assert [row[0] for row in rows] == list(_FAKE_CUDA_DTYPES), done.stdout
+    real, predicted = map(int, rows[_FAKE_CUDA_DTYPES.index(dtype)][1:])
     assert real == predicted, (real, predicted)
 
 
