@@ -525,6 +525,11 @@ SUBPROCESS = textwrap.dedent("""
             call()
         out[key] = f"{caught[0].category.__name__}: {caught[0].message}"
     print(MARKER + json.dumps(out))  # gloo prints on stdout too
+    # Everything is printed: skip the interpreter's teardown of torch and its compiler (about
+    # a CPU-second, and seconds of wall time the first test reading the results sat through).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 """)
 
 
@@ -1254,7 +1259,12 @@ def raise_child_failed() -> str | list[str]:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
 
     failure = ProcessFailure(local_rank=0, pid=12345, exitcode=1, error_file="/nonexistent.json")
-    text = line(ChildFailedError("train.py", {0: failure}))
+    # The report names the host by socket.getfqdn(), a DNS lookup that waits out the
+    # resolver's timeout (5 s) where the host's name does not resolve (CI containers); the
+    # name is replaced below anyway.
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(socket, "getfqdn", lambda name="": "gpu-server")
+        text = line(ChildFailedError("train.py", {0: failure}))
     text = re.sub(r"(?m)^(  time      : ).*$", r"\g<1>2026-11-28_10:00:00", text)
     return re.sub(r"(?m)^(  host      : ).*$", r"\g<1>gpu-server", text)
 
@@ -1577,10 +1587,14 @@ def live_mismatch(entry: Entry, printed: str | list[str]) -> str:
 
 OLDEST_PYTHON = ROOT / ".venv-oldest" / "bin" / "python"
 ORACLE = textwrap.dedent("""
-    import json
+    import json, os, sys
     from tests.book import test_troubleshooting as t
 
     print(t.MARKER + json.dumps(t.older_wordings_report()))
+    # Printed: skip the interpreter's teardown of torch (about a CPU-second).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 """)
 
 
