@@ -59,6 +59,8 @@ import difflib
 import itertools
 import json
 import re
+import re._constants as _sre
+import re._parser as _sre_parse
 import struct
 import subprocess
 import sys
@@ -157,6 +159,45 @@ WORD_TOPICS = (
 )
 _WORDS = [(topic, re.compile(pattern)) for topic, pattern in WORD_TOPICS]
 _ANY_TOPIC = re.compile("|".join(pattern for _, pattern in WORD_TOPICS))
+
+
+def _needles(seq) -> set[str] | None:
+    """Strings of which every match of the parsed pattern ``seq`` holds one (the longest run of
+    literal characters; one per alternative for a branch), or None when no such set is known."""
+    best = run = ""
+    branch = None
+    for op, av in seq:
+        if op is _sre.LITERAL:
+            run += chr(av)
+            best = max(best, run, key=len)
+            continue
+        if op is _sre.AT:  # \b and the like take no characters: the run goes on
+            continue
+        run = ""
+        if op is _sre.BRANCH and branch is None:
+            alternatives = [_needles(a) for a in av[1]]
+            if all(a is not None for a in alternatives):
+                branch = set().union(*alternatives)
+        elif op is _sre.SUBPATTERN and branch is None and not av[1] & re.IGNORECASE:
+            branch = _needles(av[-1])
+    return {best} if len(best) >= 2 else branch
+
+
+#: A quick test that rules out most strings before :data:`_ANY_TOPIC` (a regular expression of
+#: about 100 alternatives, slow on the libraries' megabytes of string constants): a string it
+#: matches holds one of these (derived from the pattern itself, so they follow any change).
+_TOPIC_NEEDLES = None if _ANY_TOPIC.flags & re.IGNORECASE else _needles(
+    _sre_parse.parse(_ANY_TOPIC.pattern))
+if _TOPIC_NEEDLES is not None:
+    _TOPIC_NEEDLES = tuple(sorted(n for n in _TOPIC_NEEDLES
+                                  if not any(o != n and o in n for o in _TOPIC_NEEDLES)))
+
+
+def _any_topic(text: str) -> bool:
+    """Whether ``text`` has a topic's words: ``_ANY_TOPIC.search(text)``, only faster."""
+    if _TOPIC_NEEDLES is not None and not any(n in text for n in _TOPIC_NEEDLES):
+        return False
+    return _ANY_TOPIC.search(text) is not None
 _NOT_LETTER = re.compile(r"[^A-Za-z ]+")
 
 PLACEHOLDER = "{}"
@@ -434,7 +475,7 @@ def library_messages(path: Path) -> Iterator[tuple[str, str]]:
     """("library", message) for each string constant of the library that reads as a message."""
     for found in _PRINTABLE.finditer(rodata(path)):
         text = found.group().decode("ascii")
-        if len(text) > 2000 or text.count(" ") < 3 or not _ANY_TOPIC.search(text):
+        if len(text) > 2000 or text.count(" ") < 3 or not _any_topic(text):
             continue
         if len(_NOT_LETTER.sub("", text)) < 0.75 * len(text) or _NOT_MESSAGE.search(text):
             continue
@@ -457,7 +498,7 @@ def topic_of(file: str, text: str) -> str | None:
     for prefix, topic in PATH_TOPICS:
         if file.startswith(prefix):
             return topic
-    if not _ANY_TOPIC.search(text):
+    if not _any_topic(text):
         return None
     for topic, pattern in _WORDS:
         if pattern.search(text):
