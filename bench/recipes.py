@@ -11,6 +11,8 @@ values).
 Figures, for each recipe that applies to the device (see :func:`recipes_for`):
 
 - ``<recipe>_step_ms``: median milliseconds per training step (spread: interquartile range);
+  a quick run times the chapter 5 CNN at :data:`QUICK_BATCH_SIZE` and each recipe for
+  :data:`QUICK_MIN_RUN_TIME` seconds, after one warm-up step instead of three;
 - ``<recipe>_speedup``: plain step time divided by the recipe's (``x``; above 1 is faster);
 - ``compile_seconds``: where ``compile`` runs, the first compiled step (tracing and code
   generation, with empty compiler caches as on a fresh machine: :func:`cold_compile_cache`),
@@ -52,11 +54,16 @@ from helpers.recipes import (
 )
 from helpers.timing import benchmark, synchronize
 
-__all__ = ["run"]
+__all__ = ["QUICK_BATCH_SIZE", "QUICK_MIN_RUN_TIME", "run"]
 
 
 #: Recipes that change the input pipeline, not the step: measured on the chapter 5 CNN only.
 PIPELINE_RECIPES = ("plain_host_copy", "pinned_non_blocking")
+#: The chapter 5 CNN's batch in a quick run, a smoke test (at the full run's batch of 128 a
+#: bf16 step took about 2 s on a 2-core CPU, 0.2 s at 32).
+QUICK_BATCH_SIZE = 32
+#: Seconds each recipe is timed in a quick run (at least five steps: helpers.timing.benchmark).
+QUICK_MIN_RUN_TIME = 0.1
 
 
 @workload("recipes", chapter=12)
@@ -64,17 +71,21 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
     """Per-recipe training-step time of the chapter 5 CNN and of a residual CNN, and speed-up
     over the plain step."""
     device = torch.device(device)
-    batch = GPU_BATCH_SIZE if device.type == "cuda" and not quick else BATCH_SIZE
+    if quick:
+        batch = QUICK_BATCH_SIZE
+    else:
+        batch = GPU_BATCH_SIZE if device.type == "cuda" else BATCH_SIZE
+    warmup = 1 if quick else 3
     note = f"{'quick run, ' if quick else ''}MnistCNN training step, Adam, batch {batch}"
     figures = _recipe_figures(device, recipes_for(device), note, prefix="", batch=batch,
-                              min_run_time=0.3 if quick else 2.0)
+                              min_run_time=QUICK_MIN_RUN_TIME if quick else 2.0, warmup=warmup)
     width, res_batch = resnet_size(device, quick=quick)
     res_note = (f"{'quick run, ' if quick else ''}ResidualCNN(width={width}) training step, "
                 f"Adam, batch {res_batch}")
     figures += _recipe_figures(device, [r for r in recipes_for(device)
                                         if r not in PIPELINE_RECIPES],
                                res_note, prefix="resnet_", batch=res_batch,
-                               min_run_time=0.3 if quick else 1.0,
+                               min_run_time=QUICK_MIN_RUN_TIME if quick else 1.0, warmup=warmup,
                                model="resnet", width=width)
     if device.type == "cuda":  # what bounds each plain step: the GPU's busy time in it
         for prefix, kwargs, what in (("", {"batch_size": batch}, note),
@@ -88,7 +99,8 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
 
 
 def _recipe_figures(device: torch.device, names: list[str], note: str, *, prefix: str,
-                    batch: int, min_run_time: float, **model: object) -> list[Figure]:
+                    batch: int, min_run_time: float, warmup: int = 3,
+                    **model: object) -> list[Figure]:
     """Step time and speed-up over the plain step of each recipe in ``names`` (``plain``
     first), figure names starting with ``prefix``."""
     figures: list[Figure] = []
@@ -108,7 +120,7 @@ def _recipe_figures(device: torch.device, names: list[str], note: str, *, prefix
                 figures.append(Figure(f"{prefix}compile_seconds", time.perf_counter() - start,
                                       "s", str(device),
                                       note=note + ", first compiled step, empty caches"))
-            timings[recipe] = benchmark(step, device=device, label=recipe, warmup=3,
+            timings[recipe] = benchmark(step, device=device, label=recipe, warmup=warmup,
                                         min_run_time=min_run_time)
     for recipe, t in timings.items():
         base = timings["plain_host_copy" if recipe == "pinned_non_blocking" else "plain"]

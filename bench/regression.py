@@ -51,7 +51,10 @@ from helpers.regression import (
 )
 from helpers.timing import benchmark
 
-__all__ = ["run"]
+__all__ = ["QUICK_MIN_RUN_TIME", "run"]
+
+#: Seconds each timing of what bounds a step runs in a quick run (a smoke test).
+QUICK_MIN_RUN_TIME = 0.1
 
 
 def _fit_figures(prefix: str, result: RegressionRun, device: str, tag: str) -> list[Figure]:
@@ -103,19 +106,22 @@ def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
         Figure("gpu_speedup_vs_cpu", cpu.seconds / median, "x", dev, None,
                f"{tag}cpu_seconds / gpu_seconds"),
         *_fit_figures("gpu", runs[0], dev, tag),
-        *_bound_figures(device, n, tag),
+        *_bound_figures(device, n, tag, quick=quick),
     ]
     return figures
 
 
-def _bound_figures(device: torch.device, n: int, tag: str) -> list[Figure]:
-    """What bounds a step on ``device``: launches or bytes (chapter 4)."""
+def _bound_figures(device: torch.device, n: int, tag: str, *,
+                   quick: bool = False) -> list[Figure]:
+    """What bounds a step on ``device``: launches or bytes (chapter 4). ``quick`` times each
+    for :data:`QUICK_MIN_RUN_TIME` seconds instead of the full run's 1 s (0.5 s a step)."""
     dev = str(device)
+    timed = {"min_run_time": QUICK_MIN_RUN_TIME} if quick else {}
     traffic = step_traffic(*timing_data(n, device))  # at n, as chapter 4: a step's fixed
     # bytes (parameters, Adam's state) spread over 1,000 rows would inflate the bytes a row
     src = torch.rand(2**25, device=device)  # 128 MiB: beyond any GPU's L2 cache
     dst = torch.empty_like(src)
-    copy = benchmark(dst.copy_, src, device=device, label="copy")
+    copy = benchmark(dst.copy_, src, device=device, label="copy", **timed)
     bandwidth = 2 * src.numel() * src.element_size() / copy.median
     tiny = torch.zeros(1, device=device)
 
@@ -123,16 +129,16 @@ def _bound_figures(device: torch.device, n: int, tag: str) -> list[Figure]:
         tiny.add_(1)
         tiny.item()
 
-    launch = benchmark(tiny.add_, 1, device=device, label="launch")
-    read = benchmark(read_step, device=device, label="read")
-    small = step_timing(*timing_data(1_000, device))
-    full = step_timing(*timing_data(n, device))
+    launch = benchmark(tiny.add_, 1, device=device, label="launch", **timed)
+    read = benchmark(read_step, device=device, label="read", **timed)
+    small = step_timing(*timing_data(1_000, device), **timed)
+    full = step_timing(*timing_data(n, device), **timed)
     large_n = n * 10
     for factor in (10, 30, 100, 300):  # the first size whose bytes clearly take the longest
         large_n = n * factor
         if traffic.bytes_per_row * large_n / bandwidth >= 4 * small.median:
             break
-    large = step_timing(*timing_data(large_n, device))
+    large = step_timing(*timing_data(large_n, device), **timed)
     return [
         Figure("step_operators", traffic.operators, "1", dev, None,
                f"{tag}operators one regression step runs on the device (views excluded)"),

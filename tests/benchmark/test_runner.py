@@ -329,21 +329,30 @@ def test_scratch_runs_from_a_checkout_stay_inside_it(bench):
 
 
 def test_the_command_lists_the_books_workloads():
-    """Every workload module in bench/ imports, and the command lists what it found."""
+    """Every workload module in bench/ imports in a fresh interpreter, and ``python -m bench``
+    lists what it found: each module's workloads, in chapter order, and nothing else."""
     proc = subprocess.run([sys.executable, "-m", "bench", "--list"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    modules = sorted(p.stem for p in (ROOT / "helpers" / "bench").glob("*.py")
+    modules = sorted(p.stem for p in (ROOT / "bench").glob("*.py")
                      if not p.stem.startswith("_") and p.stem not in runner.NOT_WORKLOADS)
+    assert len(modules) >= 7, modules  # the right folder: helpers/bench found none, vacuously
     listed = [line.split()[0] for line in proc.stdout.splitlines() if "chapter" in line]
-    assert len(listed) >= len(modules), (modules, proc.stdout)
+    # the same registry in this process (the modules are imported here as well): every
+    # module registers a workload, and the command lists exactly the registered ones in order
+    assert runner.load_workload_modules() == []
+    assert listed == [w.name for w in runner.registered()], proc.stdout
+    assert sorted({w.fn.__module__ for w in runner.registered()}) == [
+        f"bench.{m}" for m in modules]
 
 
-def test_the_command_explains_itself():
-    proc = subprocess.run([sys.executable, "-m", "bench", "--help"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0
-    usage = textwrap.dedent(proc.stdout)
+def test_the_command_explains_itself(capsys):
+    # in-process: the entry point itself is run by the --list test above
+    with pytest.raises(SystemExit) as exit_:
+        runner.main(["--help"])
+    assert exit_.value.code == 0
+    usage = textwrap.dedent(capsys.readouterr().out)
+    assert usage.startswith("usage: python -m bench")
     for option in ("--quick", "--only", "--out", "--list", "--device"):
         assert option in usage
 

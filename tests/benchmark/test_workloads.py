@@ -101,6 +101,8 @@ def test_recipes_quick_run_on_cpu() -> None:
             assert got[f"{prefix}{recipe}_speedup"].unit == "x"
     assert got["plain_speedup"].value == pytest.approx(1.0)
     assert got["resnet_plain_speedup"].value == pytest.approx(1.0)
+    assert got["plain_step_ms"].note == ("quick run, MnistCNN training step, Adam, batch "
+                                         f"{bench_recipes.QUICK_BATCH_SIZE}")
     width, batch = recipes.RESNET_SMALL_SIZE
     assert f"ResidualCNN(width={width}) training step, Adam, batch {batch}" in \
         got["resnet_plain_step_ms"].note
@@ -130,7 +132,8 @@ def test_cpu_workload_figures_do_not_include_the_cuda_only_ones() -> None:
 def test_regression_bound_figures_conform_and_add_up_on_the_cpu() -> None:
     # The GPU-only part of the regression workload (chapter 4's "what limits the speed-up"),
     # run on the CPU: its figures agree with each other and say they are quick.
-    figures = bench_regression._bound_figures(torch.device("cpu"), 20_000, "quick run: ")
+    figures = bench_regression._bound_figures(torch.device("cpu"), 20_000, "quick run: ",
+                                              quick=True)
     got = _by_name(figures)
     assert set(got) == {
         "step_operators", "step_bytes_per_row", "gpu_copy_bandwidth", "gpu_launch_seconds",
