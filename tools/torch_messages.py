@@ -59,8 +59,13 @@ import difflib
 import itertools
 import json
 import re
-import re._constants as _sre
-import re._parser as _sre_parse
+
+try:  # Python 3.11 and newer
+    import re._constants as _sre
+    import re._parser as _sre_parse
+except ImportError:  # Python 3.10 (pyproject.toml's oldest)
+    import sre_constants as _sre  # type: ignore[no-redef]
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
 import struct
 import subprocess
 import sys

@@ -64,7 +64,8 @@ def test_the_appendix_executes_and_names_every_machine(tmp_path, monkeypatch, gp
     nb = nbformat.read(APPENDIX, as_version=4)
     # The kernel may have run the other case: the folder is set in it before the first cell.
     nb.cells.insert(0, nbformat.v4.new_code_cell(
-        f"import os\nos.environ['BOOK_RESULTS_DIR'] = {str(folder)!r}"))
+        # a clean namespace, as a fresh kernel would give (imports stay loaded)
+        f"%reset -f\nimport os\nos.environ['BOOK_RESULTS_DIR'] = {str(folder)!r}"))
     client = NotebookClient(nb, timeout=600, kernel_name="python3", km=appendix_kernel,
                             resources={"metadata": {"path": str(ROOT / "chapters")}})
     try:
