@@ -166,9 +166,12 @@ unit: venv data
 	$(PY) -m pytest -m "not book"
 
 # The tests run on two workers (pytest-xdist): many wait on subprocesses, the browser or disk.
+# OpenMP threads that wait sleep instead of spinning: with several workers (each torch using
+# every core) spinning threads took the cores from the ones with work (on 2 cores, two
+# chapters side by side used half the CPU time and half the wall time with it).
 TEST_WORKERS ?= 2
 test: lint book oldest browser-deps
-	$(PY) -m pytest --require-book -n $(TEST_WORKERS)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest --require-book -n $(TEST_WORKERS)
 
 ## The book's benchmark: figures for results/<machine>.json -------------------------
 bench: venv data

@@ -46,6 +46,13 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}, cpus: {os.cpu_count()}"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The tests marked slow run first (in their own order): on several workers, which
+    # pytest-xdist hands tests in this order, a long test started last would keep one worker
+    # busy long after the others are done.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--require-book", action="store_true",
                      help="fail (instead of skip) the tests that need `make book`'s output")
