@@ -4,12 +4,19 @@ diff, until the file and the troubleshooting page follow), and every entry of th
 check is "found in installed files" quotes a message the tool still finds.
 
 The extraction reads about 30 MB of Python and 30 MB of library strings per interpreter (about
-4 CPU seconds each); it runs once per interpreter in a session."""
+4 CPU seconds each); it runs once per interpreter in a test session, however many xdist workers
+share it: the first worker to need it extracts under a file lock, the others read its result
+(keyed on the interpreter, its packages' versions, the tool's source and the page's quotes)."""
 
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
+import hashlib
+import json
+import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -42,13 +49,40 @@ def page() -> dict[str, list[str]]:
             for label, e in read_entries().items()}
 
 
-@functools.cache
-def extracted(venv: str) -> tuple[dict[str, str], tuple[tm.Message, ...]]:
-    python = ROOT / venv / "bin" / "python"
-    if not python.exists():
-        pytest.skip(f"{venv} is not installed")
-    versions, found = tm.messages(str(python), page())
-    return versions, tuple(found)
+@pytest.fixture(scope="session")
+def shared_dir(tmp_path_factory) -> Path:
+    """A folder every xdist worker of this test session sees (the session's own base
+    folder's parent under xdist, which pytest makes anew for each session)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def extracted(shared_dir):
+    """``extracted(venv)``: tools/torch_messages.py's versions and messages of ``venv``'s
+    interpreter, extracted once per test session whatever the number of workers."""
+
+    @functools.cache
+    def extract(venv: str) -> tuple[dict[str, str], tuple[tm.Message, ...]]:
+        python = ROOT / venv / "bin" / "python"
+        if not python.exists():
+            pytest.skip(f"{venv} is not installed")
+        entries = page()
+        site, versions = tm.environment(str(python))
+        key = hashlib.sha256(json.dumps(
+            [str(python), str(site), versions, entries,
+             (ROOT / "tools" / "torch_messages.py").read_text()]).encode()).hexdigest()[:20]
+        cache = shared_dir / f"torch-messages-{venv.strip('.')}-{key}.pickle"
+        with open(shared_dir / f"torch-messages-{venv.strip('.')}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # a second worker waits for the first's result
+            if not cache.exists():
+                found_versions, found = tm.messages(str(python), entries)
+                tmp = cache.with_suffix(".tmp")
+                tmp.write_bytes(pickle.dumps((found_versions, tuple(found))))
+                tmp.replace(cache)
+        return pickle.loads(cache.read_bytes())
+
+    return extract
 
 
 def without_entries(text: str) -> str:
@@ -59,7 +93,7 @@ def without_entries(text: str) -> str:
 
 
 @pytest.mark.parametrize("venv", list(OUTPUTS))
-def test_the_committed_messages_are_the_installed_ones(venv):
+def test_the_committed_messages_are_the_installed_ones(venv, extracted):
     out = OUTPUTS[venv]
     assert out.exists(), f"no {out.name}: run {REGENERATE.format(venv=venv, out=out)}"
     fresh = tm.render(*extracted(venv))
@@ -71,14 +105,14 @@ def test_the_committed_messages_are_the_installed_ones(venv):
 
 
 @pytest.mark.parametrize("venv", list(OUTPUTS))
-def test_the_committed_entry_marks_follow_the_page(venv):
+def test_the_committed_entry_marks_follow_the_page(venv, extracted):
     out = OUTPUTS[venv]
     changes = tm.diff(out.read_text(), tm.render(*extracted(venv)))
     assert not changes, (f"{out.name} marks other entries than the page quotes: run\n  "
                          f"{REGENERATE.format(venv=venv, out=out.relative_to(ROOT))}\n{changes}")
 
 
-def test_every_entry_found_in_installed_files_quotes_a_message_the_tool_finds():
+def test_every_entry_found_in_installed_files_quotes_a_message_the_tool_finds(extracted):
     _, found = extracted(".venv")
     quoted = {label for m in found for label in m.entries.split(",")}
     missing = {label: entry.blocks[0][:120] for label, entry in read_entries().items()
@@ -89,7 +123,7 @@ def test_every_entry_found_in_installed_files_quotes_a_message_the_tool_finds():
     assert not stale, f"these entries quote a message the tool finds now: {stale}"
 
 
-def test_the_counts_cover_every_topic_and_package():
+def test_the_counts_cover_every_topic_and_package(extracted):
     versions, found = extracted(".venv")
     topics = {m.topic for m in found}
     assert topics == set(tm.TOPICS), set(tm.TOPICS) - topics
