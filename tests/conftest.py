@@ -24,6 +24,16 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 SHOTS = BUILD / "screenshots"
+#: Screenshots (of every page, and of a few searches) are for a maintainer to look at and are
+#: asserted on by nothing: taken only with BOOK_SCREENSHOTS=1 (CONTRIBUTING.md).
+SCREENSHOTS = os.environ.get("BOOK_SCREENSHOTS", "") not in ("", "0")
+
+
+def screenshot(page, name: str, **kwargs) -> None:
+    """Save a screenshot of ``page`` under _build/screenshots/, when BOOK_SCREENSHOTS=1."""
+    if SCREENSHOTS:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / name), **kwargs)
 
 
 @pytest.fixture(autouse=True)
@@ -72,9 +82,10 @@ def built_book(request: pytest.FixtureRequest) -> Path:
     return HTML
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(built_book: Path):
-    """The built book served over HTTP on a free local port: its base URL."""
+    """The built book served over HTTP on a free local port: its base URL (one server per
+    test process)."""
     handler = functools.partial(_QuietHandler, directory=str(built_book))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -88,18 +99,40 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
-    """Headless Chromium (playwright) for the tests that read the built pages."""
+    """Headless Chromium (playwright) for the tests that read the built pages: one per test
+    process; each test opens its own pages (a fresh context each) and closes them."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run `make browser-deps` (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
 
-    SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def built_page(server: str, browser):
+    """``built_page(file)``: what the page tests check of the built page ``file`` (see
+    tests.support.read_built_page), read in Chromium once per test process, however many
+    tests check it. With BOOK_SCREENSHOTS=1 that load also saves the page's full-page
+    screenshot under _build/screenshots/."""
+    from tests.support import read_built_page
+
+    read: dict[str, dict] = {}
+
+    def facts(file: str) -> dict:
+        if file not in read:
+            shot = None
+            if SCREENSHOTS:
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                shot = SHOTS / f"{Path(file).name}.png"
+            read[file] = read_built_page(browser, f"{server}/{file}.html", shot)
+        return read[file]
+
+    return facts
 
 
 @pytest.fixture(scope="module")

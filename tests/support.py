@@ -330,3 +330,59 @@ def raised(fn: Callable, *, expected: type = Exception) -> BaseException:
     except expected as exc:  # noqa: PERF203
         return exc
     raise AssertionError("no exception was raised")
+
+
+# -- the built pages, each read once in Chromium -----------------------------------------------
+
+#: Every code box (code cells and code blocks, hidden ones included) and every output box.
+BOXES = "div.highlight pre, div.cell_output pre, div.cell_output div.output"
+WIDGET = "application/vnd.jupyter.widget-view+json"
+#: What the page tests check of a page as it opens (nothing unfolded yet), in one evaluation.
+PAGE_FACTS = """([boxes, widget]) => {
+  const article = document.querySelector('article.bd-article');
+  const h1 = document.querySelector('article.bd-article h1');
+  const imgs = Array.from(document.querySelectorAll('article.bd-article img'));
+  return {
+    title: document.title,
+    h1: h1 ? h1.innerText : null,
+    text: article ? article.innerText : null,
+    colab: Array.from(document.querySelectorAll('a[href*="colab.research.google.com"]'))
+      .map(a => a.getAttribute('href')),
+    images: imgs.length,
+    broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
+    alts: Array.from(document.querySelectorAll('article.bd-article .cell_output img'))
+      .map(i => i.alt),
+    clipped: Array.from(document.querySelectorAll(boxes))
+      .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.textContent.slice(0, 80)),
+    height: document.documentElement.scrollHeight,
+    widgets: document.querySelectorAll(`script[type="${widget}"]`).length,
+  };
+}"""
+#: Every dropdown title, with every folded part of the page (chapter 9's groups) unfolded so
+#: that each title is laid out: [text, clipped, width].
+DROPDOWN_TITLES = """() => {
+  document.querySelectorAll('[hidden]').forEach(e => e.removeAttribute('hidden'));
+  return Array.from(document.querySelectorAll('details.sd-dropdown > summary .sd-summary-text'))
+    .map(e => [e.innerText.trim(), e.scrollWidth > e.clientWidth + 1,
+               e.getBoundingClientRect().width]);
+}"""
+
+
+def read_built_page(browser, url: str, screenshot: Path | None = None) -> dict[str, Any]:
+    """One load of a built page at 1280x900: what the page tests check of it (PAGE_FACTS as
+    it opens, then its DROPDOWN_TITLES unfolded), and ``ok``, whether it loaded. With
+    ``screenshot``, a full-page screenshot of it as it opens is saved there."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    try:
+        response = page.goto(url, wait_until="load")
+        facts = page.evaluate(PAGE_FACTS, [BOXES, WIDGET])
+        facts["ok"] = response is not None and response.ok
+        if screenshot is not None:
+            page.screenshot(path=str(screenshot), full_page=True)
+        facts["dropdowns"] = page.evaluate(DROPDOWN_TITLES)
+    finally:
+        page.close()
+    return facts
+#: The tests that read every built page through conftest's ``built_page``: under
+#: ``pytest -n N --dist loadgroup`` they all run on one worker, which loads each page once.
+ON_ONE_WORKER = pytest.mark.xdist_group("built-pages")

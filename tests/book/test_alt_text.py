@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from tests.support import toc_files
+from tests.support import ON_ONE_WORKER, toc_files
 
 pytestmark = pytest.mark.book
 
@@ -46,16 +46,13 @@ def _params() -> list:
         else []) for file in toc_files()]
 
 
+@ON_ONE_WORKER
 @pytest.mark.parametrize("file", _params())
-def test_every_figure_says_what_it_shows(file, built_book, server, browser) -> None:
+def test_every_figure_says_what_it_shows(file, built_book, built_page) -> None:
     if not (built_book / f"{file}.html").exists():
         pytest.skip(f"{file} is not in this build (BOOK_HTML: a small test book)")
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/{file}.html", wait_until="load")
-        alts = page.evaluate("() => Array.from(document.querySelectorAll("
-                             "'article.bd-article .cell_output img')).map(i => i.alt)")
-    finally:
-        page.close()
+    shown = built_page(file)  # every img of .cell_output in the article: its alt
+    assert shown["ok"], f"{file}.html did not load"
+    alts = shown["alts"]
     problems = [why for why in map(bad_alt, alts) if why]
     assert not problems, f"{file}: {len(problems)} of {len(alts)} figures: {problems}"

@@ -1,18 +1,19 @@
 """The built book, opened page by page in a real browser (Debian's Chromium, driven by
-Playwright). Saves a screenshot of every page under _build/screenshots/."""
+Playwright). Each page is loaded once per test process (conftest's ``built_page``) for all the
+checks of it; with BOOK_SCREENSHOTS=1 a screenshot of every page is saved under
+_build/screenshots/."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from urllib.parse import quote_plus
 
 import nbformat
 import pytest
 
-from tests.conftest import ROOT, SHOTS, STAGE
-from tests.support import read_entries, toc_files
+from tests.conftest import ROOT, STAGE, screenshot
+from tests.support import ON_ONE_WORKER, read_entries, toc_files
 from tools.notebook import repository_url
 
 pytestmark = pytest.mark.book
@@ -40,40 +41,32 @@ def image_outputs(file: str) -> int:
                if "image/png" in o.get("data", {}))
 
 
+@ON_ONE_WORKER
 @pytest.mark.parametrize("file", toc_files())
-def test_page_renders(file, server, browser):
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        response = page.goto(f"{server}/{file}.html", wait_until="load")
-        assert response is not None and response.ok, f"{file}.html did not load"
-        page.wait_for_selector("article.bd-article h1")
-        title = page_title(file)
-        assert title in page.title(), f"title {page.title()!r} does not contain {title!r}"
-        assert title in page.inner_text("article.bd-article h1")
+def test_page_renders(file, built_page):
+    shown = built_page(file)  # with BOOK_SCREENSHOTS=1, its full-page screenshot
+    assert shown["ok"], f"{file}.html did not load"
+    title = page_title(file)
+    assert shown["h1"] is not None, f"{file}.html has no article heading"
+    assert title in shown["title"], f"title {shown['title']!r} does not contain {title!r}"
+    assert title in shown["h1"]
 
-        main = page.inner_text("article.bd-article")
-        assert "Traceback (most recent call last)" not in main
-        assert len(main) > 500, "the page is nearly empty"
+    main = shown["text"]
+    assert "Traceback (most recent call last)" not in main
+    assert len(main) > 500, "the page is nearly empty"
 
-        if (ROOT / f"{file}.ipynb").exists():
-            colab = page.locator('a[href*="colab.research.google.com"]')
-            assert colab.count() >= 1, "no Colab launch button"
-            owner_repo = repository_url().removeprefix("https://github.com/")
-            expected = (f"https://colab.research.google.com/github/{owner_repo}/blob/main/"
-                        f"{file}.ipynb")
-            assert colab.first.get_attribute("href") == expected
+    if (ROOT / f"{file}.ipynb").exists():
+        colab = shown["colab"]
+        assert len(colab) >= 1, "no Colab launch button"
+        owner_repo = repository_url().removeprefix("https://github.com/")
+        expected = (f"https://colab.research.google.com/github/{owner_repo}/blob/main/"
+                    f"{file}.ipynb")
+        assert colab[0] == expected
 
-        images = page.locator("article.bd-article img")
-        broken = page.evaluate(
-            "() => Array.from(document.querySelectorAll('article.bd-article img'))"
-            ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
-        assert not broken, f"images that did not load: {broken}"
-        expected_images = image_outputs(file)
-        assert images.count() >= expected_images, \
-            f"the notebook made {expected_images} plots, the page shows {images.count()}"
-        page.screenshot(path=str(SHOTS / f"{Path(file).name}.png"), full_page=True)
-    finally:
-        page.close()
+    assert not shown["broken"], f"images that did not load: {shown['broken']}"
+    expected_images = image_outputs(file)
+    assert shown["images"] >= expected_images, \
+        f"the notebook made {expected_images} plots, the page shows {shown['images']}"
 
 
 # Five messages as a reader pastes them, whole, into the search box: each must lead first to its
@@ -142,7 +135,7 @@ def test_a_pasted_message_lands_first_on_its_entry(label, server, browser):
             }""", label)
         assert landed, f"{links[0]} does not lead to the entry {label}"
         assert read_entries()[label].heading.replace("`", "") in landed.replace("\u00b6", "")
-        page.screenshot(path=str(SHOTS / f"search-{label}.png"))
+        screenshot(page, f"search-{label}.png")
     finally:
         page.close()
 
@@ -195,25 +188,17 @@ def test_a_pasted_message_falls_back_to_sphinx_without_the_index(server, browser
         page.close()
 
 
-# Every code box (code cells and code blocks, hidden ones included) and every output box.
-BOXES = "div.highlight pre, div.cell_output pre, div.cell_output div.output"
-
-
+@ON_ONE_WORKER
 @pytest.mark.parametrize("file", toc_files())
-def test_no_code_or_output_box_is_clipped(file, server, browser):
+def test_no_code_or_output_box_is_clipped(file, built_page):
     """Outputs (and the messages the troubleshooting index quotes) wrap inside their box, and
     code of 88 columns fits its box at 1280 pixels (_static/book.css): none hides its end
-    behind a horizontal scroll."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/{file}.html", wait_until="load")
-        clipped = page.evaluate(
-            """(selector) => Array.from(document.querySelectorAll(selector))
-                .filter(e => e.scrollWidth > e.clientWidth + 1)
-                .map(e => e.textContent.slice(0, 80))""", BOXES)
-        assert not clipped, f"{len(clipped)} boxes are clipped on the right: {clipped[:5]}"
-    finally:
-        page.close()
+    behind a horizontal scroll (tests.support.BOXES: code cells and code blocks, hidden ones
+    included, and output boxes)."""
+    shown = built_page(file)
+    assert shown["ok"], f"{file}.html did not load"
+    clipped = shown["clipped"]
+    assert not clipped, f"{len(clipped)} boxes are clipped on the right: {clipped[:5]}"
 
 
 @pytest.mark.parametrize("width", [375, 768])
@@ -231,20 +216,18 @@ def test_a_narrow_window_gives_the_text_its_whole_width(width, server, browser):
 
 
 @pytest.fixture(scope="module")
-def screens(server, browser) -> dict[str, float]:
+def screens(built_page) -> dict[str, float]:
     """Each page's length in screens of a 1280x900 window, as it opens: collapsed dropdowns and
     hidden-cell toggles count collapsed."""
     lengths = {}
     for file in toc_files():
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        try:
-            page.goto(f"{server}/{file}.html", wait_until="load")
-            lengths[file] = page.evaluate("document.documentElement.scrollHeight") / 900
-        finally:
-            page.close()
+        shown = built_page(file)
+        assert shown["ok"], f"{file}.html did not load"
+        lengths[file] = shown["height"] / 900
     return lengths
 
 
+@ON_ONE_WORKER
 def test_a_chapter_fits_a_reading(screens):
     # The appendix included: its tables of figures are folded, one per workload, so it no
     # longer grows a screen with each committed machine.
@@ -256,6 +239,7 @@ def test_a_chapter_fits_a_reading(screens):
         f"the troubleshooting page is {screens[TROUBLESHOOTING]:.1f} screens at 1280x900"
 
 
+@ON_ONE_WORKER
 def test_the_whole_book_fits_195_screens(screens):
     # 185 until 2026-11-28, when the symptom index, the cheat sheet's Part IV and the first GPU
     # run's lessons took the book to 201; folding the troubleshooting index's groups and the
@@ -322,6 +306,6 @@ def test_no_contents_entry_is_clipped(width, server, browser):
         count, clipped = page.evaluate(CLIPPED_CONTENTS)
         assert count >= len(read_entries()), f"the column lists {count} titles"
         assert not clipped, f"{len(clipped)} of {count} contents entries are clipped: {clipped[:5]}"
-        page.screenshot(path=str(SHOTS / f"contents-{width}.png"))
+        screenshot(page, f"contents-{width}.png")
     finally:
         page.close()

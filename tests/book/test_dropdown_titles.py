@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.support import toc_files
+from tests.support import ON_ONE_WORKER, toc_files
 
 LISTED = ROOT / "tests" / "fixtures" / "dropdown-titles.tsv"
 DROPDOWN = re.compile(r"^(?:`{3,}|:{3,})\{dropdown\}[ \t]*(.*)$", re.M)
@@ -108,33 +108,26 @@ def test_the_rules_catch_each_slip(title: str, problem: str) -> None:
 
 
 @pytest.mark.book
-def test_each_built_title_shows_as_written_and_unclipped(built_book, server, browser) -> None:
+@ON_ONE_WORKER
+def test_each_built_title_shows_as_written_and_unclipped(built_book, built_page) -> None:
     listed: dict[str, set[str]] = {}  # page -> the titles its source has, as they render
     for file, title in listed_titles():
         listed.setdefault(file.rsplit(".", 1)[0], set()).add(title.replace("`", ""))
     problems, pages = [], 0
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        for file in toc_files():
-            if not (built_book / f"{file}.html").exists():
-                continue  # BOOK_HTML: a small test book
-            pages += 1
-            page.goto(f"{server}/{file}.html", wait_until="load")
-            # Chapter 9 folds its groups: open every one, so each title is laid out.
-            page.evaluate("document.querySelectorAll('[hidden]')"
-                          ".forEach(e => e.removeAttribute('hidden'))")
-            shown = page.eval_on_selector_all(
-                "details.sd-dropdown > summary .sd-summary-text",
-                "els => els.map(e => [e.innerText.trim(), e.scrollWidth > e.clientWidth + 1,"
-                " e.getBoundingClientRect().width])")
-            texts = {text for text, _, _ in shown}
-            if texts != listed.get(file, set()):
-                problems.append(f"{file}: shows {sorted(texts - listed.get(file, set()))} that no "
-                                f"reviewed title reads as, lacks {sorted(listed.get(file, set()) - texts)}")
-            problems += [f"{file}: {text!r} is clipped" for text, clipped, _ in shown if clipped]
-            problems += [f"{file}: {text!r} is not laid out" for text, _, width in shown if not width]
-    finally:
-        page.close()
+    for file in toc_files():
+        if not (built_book / f"{file}.html").exists():
+            continue  # BOOK_HTML: a small test book
+        pages += 1
+        # Read with every folded part (chapter 9's groups) open, so each title is laid out.
+        page = built_page(file)
+        assert page["ok"], f"{file}.html did not load"
+        shown = page["dropdowns"]
+        texts = {text for text, _, _ in shown}
+        if texts != listed.get(file, set()):
+            problems.append(f"{file}: shows {sorted(texts - listed.get(file, set()))} that no "
+                            f"reviewed title reads as, lacks {sorted(listed.get(file, set()) - texts)}")
+        problems += [f"{file}: {text!r} is clipped" for text, clipped, _ in shown if clipped]
+        problems += [f"{file}: {text!r} is not laid out" for text, _, width in shown if not width]
     if not pages or not (built_book / "chapters/02_moving_tensors.html").exists():
         pytest.skip("a small test book without the chapters")
     assert not problems, problems

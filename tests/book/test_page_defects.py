@@ -12,14 +12,13 @@ import nbformat
 import pytest
 
 from tests.conftest import STAGE
-from tests.support import toc_files
+from tests.support import ON_ONE_WORKER, toc_files
 
 pytestmark = pytest.mark.book
 
 #: Chapters (other sessions') whose own loops still use tqdm.auto, whose ipywidgets bar the
 #: static page shows blank: each should use helpers.training.progress (same arguments).
 WIDGET_BARS: dict[str, str] = {}
-WIDGET = "application/vnd.jupyter.widget-view+json"
 PROGRESS_LINE = re.compile(r"^.*\d+%\|.*\| *\d+/\d+ \[.*\]$")
 
 
@@ -34,6 +33,14 @@ def _params(known: dict[str, str]) -> list:
         for file in toc_files()]
 
 
+def _text(file: str, built_book, built_page) -> dict:
+    """The page as Chromium shows it (conftest's ``built_page``: one load for every check)."""
+    _page(file, built_book)
+    shown = built_page(file)
+    assert shown["ok"], f"{file}.html did not load"
+    return shown
+
+
 def progress_lines(file: str) -> list[str]:
     """The final states of the progress bars the executed notebook stored."""
     path = STAGE / f"{file}.ipynb"
@@ -45,31 +52,18 @@ def progress_lines(file: str) -> list[str]:
             and PROGRESS_LINE.match(str(out.get("data", {}).get("text/plain", "")))]
 
 
+@ON_ONE_WORKER
 @pytest.mark.parametrize("file", _params(WIDGET_BARS))
-def test_progress_shows_as_text_not_a_blank_widget(file, built_book, server,
-                                                   browser) -> None:
-    _page(file, built_book)
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/{file}.html", wait_until="load")
-        widgets = page.locator(f'script[type="{WIDGET}"]').count()
-        text = page.inner_text("article.bd-article")
-    finally:
-        page.close()
+def test_progress_shows_as_text_not_a_blank_widget(file, built_book, built_page) -> None:
+    shown = _text(file, built_book, built_page)
+    widgets, text = shown["widgets"], shown["text"]
     assert widgets == 0, f"{file}: {widgets} widget outputs, blank on a static page"
     missing = [line for line in progress_lines(file) if line.split("|")[0] not in text]
     assert not missing, f"{file}: progress lines the page does not show: {missing}"
 
 
-def test_the_appendix_names_each_result_files_book_commit(built_book, server,
-                                                          browser) -> None:
-    file = "chapters/appendix_results"
-    _page(file, built_book)
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
-    try:
-        page.goto(f"{server}/{file}.html", wait_until="load")
-        text = page.inner_text("article.bd-article")
-    finally:
-        page.close()
+@ON_ONE_WORKER
+def test_the_appendix_names_each_result_files_book_commit(built_book, built_page) -> None:
+    text = _text("chapters/appendix_results", built_book, built_page)["text"]
     assert "book commit" in text
     assert not re.search(r"book commit\s+unknown", text), "a result file without its commit"
