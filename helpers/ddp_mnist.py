@@ -79,6 +79,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"use only the first N of the {MNIST_VAL_SIZE} held-out "
                              "validation images")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--ddp-facts", action="store_true",
+                        help="gloo only: after training, every rank loads rank 0's checkpoint "
+                             "and records DDP's buffer broadcast and SyncBatchNorm's refusal "
+                             "of the CPU in its rank<N>.json (what spawn_demo records)")
     parser.add_argument("--out", type=Path, default=Path("runs/ddp_mnist"),
                         help="folder for the checkpoint, summary.json and rank<N>.json")
     if isinstance(argv, (str, bytes)):
@@ -97,6 +101,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name in ("momentum", "dropout"):
         if not 0 <= getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 0 and below 1, got {getattr(args, name)}")
+    if args.ddp_facts and args.backend == "nccl":
+        parser.error("--ddp-facts records what gloo does on the CPU: use it with --backend gloo")
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out} is a file: give a folder for the checkpoint and "
                      "the result files")
@@ -164,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict:
     world = int(os.environ["WORLD_SIZE"])
     backend = args.backend or (
         "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world else "gloo")
+    if backend == "nccl" and args.ddp_facts:
+        raise SystemExit("--ddp-facts records what gloo does on the CPU: use --backend gloo")
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise SystemExit("--backend nccl needs CUDA GPUs; use --backend gloo on the CPU")
@@ -275,6 +283,12 @@ def main(argv: list[str] | None = None) -> dict:
                    "lr": args.lr, "momentum": args.momentum, "dropout": args.dropout,
                    "seed": args.seed, "seconds": seconds, "history": history,
                    "checkpoint": CHECKPOINT_NAME}
+        if args.ddp_facts:  # after the barrier: rank 0's checkpoint is complete
+            dist.barrier()
+            report["ddp_facts"] = {"loaded": _load_everywhere(out / CHECKPOINT_NAME, rank,
+                                                              device),
+                                   **_buffer_and_sync_bn_facts(rank)}
+            (out / f"rank{rank}.json").write_text(json.dumps(report))
         dist.barrier()  # every rank's file is written before rank 0 reports
         if rank == 0:
             (out / SUMMARY_NAME).write_text(json.dumps(summary, indent=2))
@@ -357,35 +371,55 @@ def spawn_demo(rank: int, world: int, init_file: str, out: str) -> None:
         dist.barrier()  # no rank reads before rank 0 has finished writing
         model.load_state_dict(torch.load(path, map_location=here, weights_only=True))
         report["loaded"] = weights_fingerprint(model)
-
-        # (2) Buffers: each rank feeds data with its own mean, so BatchNorm's running mean
-        # drifts apart; a pre-hook on the inner module sees what DDP hands it.
-        torch.manual_seed(0)
-        net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
-        seen: list[list[float]] = []
-        net.register_forward_pre_hook(lambda m, args: seen.append(m[1].running_mean.tolist()))
-        ddp = DDP(net)
-        after: list[list[float]] = []
-        for step in range(3):
-            x = torch.randn(16, 4) + 10.0 * rank + step
-            ddp(x).sum().backward()
-            after.append(net[1].running_mean.tolist())
-        report["running_mean_at_forward_start"] = seen
-        report["running_mean_after_forward"] = after
-
-        # (3) SyncBatchNorm replaces every BatchNorm layer; its statistics are computed over
-        # all ranks' batches, which needs CUDA (or XPU) tensors: CPU and mps ones are refused.
-        sync = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.Linear(4, 4),
-                                                                     nn.BatchNorm1d(4)))
-        report["sync_bn_type"] = type(sync[1]).__name__
-        try:
-            sync(torch.randn(8, 4))
-            report["sync_bn_cpu_error"] = None
-        except ValueError as err:
-            report["sync_bn_cpu_error"] = str(err)
+        report.update(_buffer_and_sync_bn_facts(rank))
         (Path(out) / f"spawn{rank}.json").write_text(json.dumps(report))
     finally:
         dist.destroy_process_group()
+
+
+def _load_everywhere(path: Path, rank: int, device: torch.device) -> dict:
+    """Every rank loads the checkpoint rank 0 wrote (after a barrier) with ``map_location``
+    set to its own device, into a model that starts from weights of its own."""
+    torch.manual_seed(rank)  # deliberately different weights on every rank
+    model = MnistCNN().to(device)
+    before = weights_fingerprint(model)
+    state = torch.load(path, map_location=device, weights_only=True)["model"]
+    model.load_state_dict(state)
+    return {"before": before, "after": weights_fingerprint(model),
+            "devices": sorted({str(t.device) for t in state.values()})}
+
+
+def _buffer_and_sync_bn_facts(rank: int) -> dict:
+    """In a gloo group already joined: what DDP does with BatchNorm's buffers, and
+    SyncBatchNorm's refusal of CPU tensors (chapter 7; ``spawn_demo`` and ``--ddp-facts``)."""
+    report: dict = {}
+    # (2) Buffers: each rank feeds data with its own mean, so BatchNorm's running mean
+    # drifts apart; a pre-hook on the inner module sees what DDP hands it.
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4))
+    seen: list[list[float]] = []
+    net.register_forward_pre_hook(lambda m, args: seen.append(m[1].running_mean.tolist()))
+    ddp = DDP(net)
+    after: list[list[float]] = []
+    for step in range(3):
+        x = torch.randn(16, 4) + 10.0 * rank + step
+        ddp(x).sum().backward()
+        after.append(net[1].running_mean.tolist())
+    report["running_mean_at_forward_start"] = seen
+    report["running_mean_after_forward"] = after
+
+    # (3) SyncBatchNorm replaces every BatchNorm layer; its statistics are computed over
+    # all ranks' batches, which needs CUDA (or XPU) tensors: CPU and mps ones are refused.
+    sync = nn.SyncBatchNorm.convert_sync_batchnorm(nn.Sequential(nn.Linear(4, 4),
+                                                                 nn.BatchNorm1d(4)))
+    report["sync_bn_type"] = type(sync[1]).__name__
+    try:
+        sync(torch.randn(8, 4))
+        report["sync_bn_cpu_error"] = None
+    except ValueError as err:
+        report["sync_bn_cpu_error"] = str(err)
+    return report
+
 
 if __name__ == "__main__":
     main()

@@ -35,7 +35,8 @@ def _torchrun(out: Path, nproc: int, *extra: str, cwd: Path) -> subprocess.Compl
 def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ddp")
     # Run from an unrelated folder: `-m helpers.ddp_mnist` must not depend on the cwd.
-    result = _torchrun(out, 2, "--dropout", "0.1", cwd=tmp_path_factory.mktemp("elsewhere"))
+    result = _torchrun(out, 2, "--dropout", "0.1", "--ddp-facts",
+                       cwd=tmp_path_factory.mktemp("elsewhere"))
     assert result.returncode == 0, result.stderr
     assert "warn" not in (result.stdout + result.stderr).lower(), result.stderr
     return out
@@ -96,6 +97,42 @@ def test_the_training_makes_progress(two_ranks: Path):
     assert history[-1]["val_acc"] > 0.2  # well above chance (0.1) after two short epochs
 
 
+@pytest.mark.slow
+def test_ddp_facts_load_buffers_and_sync_bn(two_ranks: Path):
+    # What chapter 7's mp.spawn demonstration describes, recorded by the training run itself
+    # (the mp.spawn code is run by tests/book/test_chapter07_shown_code.py).
+    r0, r1 = _ranks(two_ranks)
+    f0, f1 = r0["ddp_facts"], r1["ddp_facts"]
+    # Rank 0 saved, a barrier, every rank loaded the same file onto its own device.
+    assert f0["loaded"]["before"] != f1["loaded"]["before"]
+    assert f0["loaded"]["after"] == f1["loaded"]["after"] == r0["weights"]
+    assert f0["loaded"]["devices"] == f1["loaded"]["devices"] == ["cpu"]
+    # At the start of every forward all ranks hold rank 0's buffers; after it, their own.
+    starts = [f["running_mean_at_forward_start"] for f in (f0, f1)]
+    ends = [f["running_mean_after_forward"] for f in (f0, f1)]
+    assert len(starts[0]) == len(ends[0]) == 3
+    assert starts[0] == starts[1]
+    assert all(a != b for a, b in zip(*ends, strict=True))
+    assert starts[1][1] == ends[0][0]
+    assert f0["sync_bn_type"] == f1["sync_bn_type"] == "SyncBatchNorm"
+    refusal = "SyncBatchNorm expected input tensor to be on GPU"
+    assert all(f["sync_bn_cpu_error"].startswith(refusal) for f in (f0, f1))
+
+
+def test_ddp_facts_needs_gloo(monkeypatch: pytest.MonkeyPatch):
+    with pytest.raises(SystemExit):
+        ddp_mnist.parse_args(["--backend", "nccl", "--ddp-facts"])
+    # With the backend left to the script, a machine with a GPU per process picks nccl,
+    # and --ddp-facts stops the run before it joins a group.
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(SystemExit, match="--ddp-facts"):
+        ddp_mnist.main(["--ddp-facts"])
+
+
 def test_refuses_to_run_without_torchrun(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("RANK", raising=False)
     with pytest.raises(SystemExit, match="torchrun"):
@@ -119,26 +156,6 @@ def test_weights_fingerprint_sees_any_change():
     with torch.no_grad():
         model.layers[0].bias[0] += 1e-6
     assert ddp_mnist.weights_fingerprint(model)["sha256"] != before["sha256"]
-
-
-@pytest.mark.slow
-def test_spawn_demo_save_barrier_load_and_buffer_broadcast(tmp_path: Path):
-    import torch.multiprocessing as mp
-
-    mp.spawn(ddp_mnist.spawn_demo, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2)
-    r0, r1 = (json.loads((tmp_path / f"spawn{r}.json").read_text()) for r in range(2))
-    assert r0["world_size"] == r1["world_size"] == 2
-    assert r0["loaded"] == r1["loaded"], "every rank loaded rank 0's checkpoint"
-    torch.manual_seed(0)
-    assert r0["loaded"] == ddp_mnist.weights_fingerprint(MnistCNN())
-    # At the start of every forward all ranks hold rank 0's buffers; after it, their own.
-    assert r0["running_mean_at_forward_start"] == r1["running_mean_at_forward_start"]
-    for a, b in zip(r0["running_mean_after_forward"], r1["running_mean_after_forward"],
-                    strict=True):
-        assert a != b
-    assert r1["running_mean_at_forward_start"][1] == r0["running_mean_after_forward"][0]
-    assert r0["sync_bn_type"] == "SyncBatchNorm"
-    assert "SyncBatchNorm expected input tensor to be on GPU" in r0["sync_bn_cpu_error"]
 
 
 def test_mnist_split_holds_out_the_last_training_images():
