@@ -47,6 +47,16 @@ NotebookClient(nb, timeout=900, kernel_name="python3",
 nbformat.write(nb, sys.argv[3])
 """
 
+#: Prints which of the modules named in its arguments import (one interpreter for them all).
+_IMPORTABLE = """\
+import importlib, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        continue
+    print(name)"""
+
 #: Run in the chapter's kernel after its last cell (a cell the test appends to its copy).
 PROBE_TAG = "colab-test-probe"
 PROBE = """\
@@ -117,11 +127,13 @@ def _wheel_from_installed(name: str, out: Path) -> Path:
 
 
 def _clean_environment(tmp_path: Path, wheel: Path, hide: tuple[str, ...] = (),
-                       find_links: Path | None = None) -> tuple[Path, dict, Path, Path]:
+                       find_links: Path | None = None,
+                       present: tuple[str, ...] = ()) -> tuple[Path, dict, Path, Path]:
     """A clean environment: its own interpreter, torch & co. visible as Colab's are
-    pre-installed (less ``hide``), but no helpers (the project's editable install is not
-    carried over). Returns its python, environment variables, site-packages and a working
-    folder outside the repository."""
+    pre-installed (less ``hide``; the modules ``present`` names importable too, checked in
+    the same interpreter as torch's), but no helpers (the project's editable install is
+    not carried over). Returns its python, environment variables, site-packages and a
+    working folder outside the repository."""
     env_dir = tmp_path / "env"
     # --without-pip: pip (like torch) comes from the pre-installed packages, as on Colab; a
     # fresh pip/setuptools in the venv would shadow the newer setuptools torch requires.
@@ -148,7 +160,9 @@ def _clean_environment(tmp_path: Path, wheel: Path, hide: tuple[str, ...] = (),
     probe = subprocess.run([str(py), "-c", "import helpers"], cwd=work, env=env,
                            capture_output=True, text=True)
     assert probe.returncode != 0, "helpers must not be importable before the setup cell runs"
-    run_command([str(py), "-c", "import torch, nbclient, ipykernel"], cwd=work, env=env)
+    # one interpreter for every module that must be there: each start imports torch anew
+    run_command([str(py), "-c", f"import {', '.join(('torch', 'nbclient', 'ipykernel', *present))}"],
+                cwd=work, env=env)
     return py, env, env_site, work
 
 
@@ -232,13 +246,13 @@ def test_trainers_chapter_installs_what_colab_lacks_and_runs_every_trainer(tmp_p
     for name in NOT_ON_COLAB:
         _wheel_from_installed(name, links)
     py, env, env_site, work = _clean_environment(tmp_path, wheel, hide=NOT_ON_COLAB,
-                                                 find_links=links)
+                                                 find_links=links, present=("accelerate",))
     env["BOOK_DATA_DIR"] = str(ROOT / "data")  # stands for Colab's MNIST download
-    run_command([str(py), "-c", "import accelerate"], cwd=work, env=env)
-    for module in ("torchkeras", "lightning", "pytorch_lightning"):
-        probe = subprocess.run([str(py), "-c", f"import {module}"], cwd=work, env=env,
-                               capture_output=True, text=True)
-        assert probe.returncode != 0, f"{module} must be missing before the chapter runs"
+    # pip byte-compiles every file it installs; the kernel compiles what it imports anyway
+    env["PIP_NO_COMPILE"] = "1"
+    missing = ("torchkeras", "lightning", "pytorch_lightning")
+    probe = run_command([str(py), "-c", _IMPORTABLE, *missing], cwd=work, env=env).stdout
+    assert probe.split() == [], f"{probe.split()} must be missing before the chapter runs"
 
     notebook = work / TRAINERS_CHAPTER.name
     shutil.copy(TRAINERS_CHAPTER, notebook)
@@ -246,11 +260,12 @@ def test_trainers_chapter_installs_what_colab_lacks_and_runs_every_trainer(tmp_p
     run_command([str(py), "-c", RUNNER, str(notebook), str(work), str(out)], cwd=work, env=env)
 
     # the install cell put the tested versions into the clean environment itself
-    for name in NOT_ON_COLAB:
-        where = run_command([str(py), "-c", "import importlib.metadata as m, sys; "
-                             "d = m.distribution(sys.argv[1]); print(d.version); "
-                             "print(d.locate_file(''))", name], cwd=work, env=env).stdout.split()
-        assert where == [importlib.metadata.version(name), str(env_site)], (name, where)
+    where = run_command([str(py), "-c", "import importlib.metadata as m, sys\n"
+                         "for name in sys.argv[1:]:\n"
+                         "    d = m.distribution(name); print(name, d.version, d.locate_file(''))",
+                         *NOT_ON_COLAB], cwd=work, env=env).stdout.splitlines()
+    assert [line.split() for line in where] == [
+        [name, importlib.metadata.version(name), str(env_site)] for name in NOT_ON_COLAB], where
 
     nb = nbformat.read(out, as_version=4)
     code = [c for c in nb.cells if c.cell_type == "code"]
