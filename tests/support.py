@@ -383,6 +383,3 @@ def read_built_page(browser, url: str, screenshot: Path | None = None) -> dict[s
     finally:
         page.close()
     return facts
-#: The tests that read every built page through conftest's ``built_page``: under
-#: ``pytest -n N --dist loadgroup`` they all run on one worker, which loads each page once.
-ON_ONE_WORKER = pytest.mark.xdist_group("built-pages")

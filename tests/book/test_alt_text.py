@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from tests.support import ON_ONE_WORKER, toc_files
+from tests.support import toc_files
 
 pytestmark = pytest.mark.book
 
@@ -46,7 +46,6 @@ def _params() -> list:
         else []) for file in toc_files()]
 
 
-@ON_ONE_WORKER
 @pytest.mark.parametrize("file", _params())
 def test_every_figure_says_what_it_shows(file, built_book, built_page) -> None:
     if not (built_book / f"{file}.html").exists():

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from tests.conftest import ROOT, STAGE, screenshot
-from tests.support import ON_ONE_WORKER, read_entries, toc_files
+from tests.support import read_entries, toc_files
 from tools.notebook import repository_url
 
 pytestmark = pytest.mark.book
@@ -41,7 +41,6 @@ def image_outputs(file: str) -> int:
                if "image/png" in o.get("data", {}))
 
 
-@ON_ONE_WORKER
 @pytest.mark.parametrize("file", toc_files())
 def test_page_renders(file, built_page):
     shown = built_page(file)  # with BOOK_SCREENSHOTS=1, its full-page screenshot
@@ -188,7 +187,6 @@ def test_a_pasted_message_falls_back_to_sphinx_without_the_index(server, browser
         page.close()
 
 
-@ON_ONE_WORKER
 @pytest.mark.parametrize("file", toc_files())
 def test_no_code_or_output_box_is_clipped(file, built_page):
     """Outputs (and the messages the troubleshooting index quotes) wrap inside their box, and
@@ -227,7 +225,6 @@ def screens(built_page) -> dict[str, float]:
     return lengths
 
 
-@ON_ONE_WORKER
 def test_a_chapter_fits_a_reading(screens):
     # The appendix included: its tables of figures are folded, one per workload, so it no
     # longer grows a screen with each committed machine.
@@ -239,7 +236,6 @@ def test_a_chapter_fits_a_reading(screens):
         f"the troubleshooting page is {screens[TROUBLESHOOTING]:.1f} screens at 1280x900"
 
 
-@ON_ONE_WORKER
 def test_the_whole_book_fits_195_screens(screens):
     # 185 until 2026-11-28, when the symptom index, the cheat sheet's Part IV and the first GPU
     # run's lessons took the book to 201; folding the troubleshooting index's groups and the

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.support import ON_ONE_WORKER, toc_files
+from tests.support import toc_files
 
 LISTED = ROOT / "tests" / "fixtures" / "dropdown-titles.tsv"
 DROPDOWN = re.compile(r"^(?:`{3,}|:{3,})\{dropdown\}[ \t]*(.*)$", re.M)
@@ -108,7 +108,6 @@ def test_the_rules_catch_each_slip(title: str, problem: str) -> None:
 
 
 @pytest.mark.book
-@ON_ONE_WORKER
 def test_each_built_title_shows_as_written_and_unclipped(built_book, built_page) -> None:
     listed: dict[str, set[str]] = {}  # page -> the titles its source has, as they render
     for file, title in listed_titles():

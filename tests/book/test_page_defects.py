@@ -12,7 +12,7 @@ import nbformat
 import pytest
 
 from tests.conftest import STAGE
-from tests.support import ON_ONE_WORKER, toc_files
+from tests.support import toc_files
 
 pytestmark = pytest.mark.book
 
@@ -52,7 +52,6 @@ def progress_lines(file: str) -> list[str]:
             and PROGRESS_LINE.match(str(out.get("data", {}).get("text/plain", "")))]
 
 
-@ON_ONE_WORKER
 @pytest.mark.parametrize("file", _params(WIDGET_BARS))
 def test_progress_shows_as_text_not_a_blank_widget(file, built_book, built_page) -> None:
     shown = _text(file, built_book, built_page)
@@ -62,7 +61,6 @@ def test_progress_shows_as_text_not_a_blank_widget(file, built_book, built_page)
     assert not missing, f"{file}: progress lines the page does not show: {missing}"
 
 
-@ON_ONE_WORKER
 def test_the_appendix_names_each_result_files_book_commit(built_book, built_page) -> None:
     text = _text("chapters/appendix_results", built_book, built_page)["text"]
     assert "book commit" in text
