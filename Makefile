@@ -18,6 +18,12 @@ HTML := _build/html
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # Generous: the slowest chapter takes a few minutes on a 2-core CPU.
 NB_TIMEOUT ?= 1800
+# Python writes the compiled form of each module it imports (__pycache__), whatever the shell
+# says: uv installs without compiling, so with PYTHONDONTWRITEBYTECODE set every process
+# compiled torch, pandas, matplotlib and the rest from source again (a notebook kernel's
+# imports: 19.5 CPU-s instead of 8 in the oldest-torch environment; chapter 1 there 18.4 CPU-s
+# instead of 10.0). Only what some process imports is compiled, once.
+unexport PYTHONDONTWRITEBYTECODE
 # Hardware-dependent claims of the pages (helpers.checks.expect) fail the run here; in a
 # reader's session they only warn.
 export BOOK_STRICT := 1
