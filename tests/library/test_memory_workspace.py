@@ -319,6 +319,7 @@ def test_autocast_prediction_against_the_h200() -> None:
 #: every cast is torch's, not the helper's lists. In a separate process: torch 2.9 initialises
 #: CUDA for them and aborts the process on a machine without a GPU.
 _FAKE_CUDA_AUTOCAST = """
+import os
 import sys
 from functools import partial
 
@@ -350,6 +351,9 @@ for name in sys.argv[1:]:  # each dtype afresh: its own fake mode, net and input
         torch.clear_autocast_cache()
     print(name, saved,
           predict_autocast_saved(build, (24,), 256, device_type="cuda", dtype=dtype))
+# Printed: skip the interpreter's teardown of torch (about a CPU-second).
+sys.stdout.flush()
+os._exit(0)
 """
 _FAKE_CUDA_DTYPES = ("bfloat16", "float16")
 

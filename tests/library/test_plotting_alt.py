@@ -61,22 +61,61 @@ def test_an_explicit_alt_wins_and_is_checked() -> None:
         plotting.describe_figure("fig.png")
 
 
-def test_a_kernels_figure_output_carries_its_alt_text() -> None:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in (
-        # a figure made with matplotlib alone, shown by plt.show(), after the module is imported
+#: One kernel for both kernel tests (a kernel start with torch costs ~7 CPU-s): first a
+#: chapter's setup cell in the fresh kernel, as a chapter runs it; then helpers.plotting is
+#: forgotten (out of sys.modules, IPython's own PNG formatter back, a figure shown without alt
+#: text to prove it) and imported alone, as a notebook without the setup cell does.
+KERNEL_CELLS = {
+    "setup": (
+        "import sys\nimport helpers\ndevice = helpers.chapter_setup(chapter=4, needs='cpu')\n"
+        "assert 'helpers.plotting' in sys.modules",
+        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([3, 2, 1])\n"
+        "ax.set(title='Loss', xlabel='step', ylabel='MSE loss')\nplt.show()",
+        "fig, ax = plt.subplots()\n_ = ax.plot([1, 2], label='cpu')\n_ = ax.legend()",
+    ),
+    "forgotten": (
+        "from IPython.core.formatters import PNGFormatter\nshell = get_ipython()\n"
+        "wrapped = shell.display_formatter.formatters['image/png']\n"
+        "plain = PNGFormatter(parent=shell.display_formatter)\n"
+        "for name in ('type_printers', 'deferred_printers', 'singleton_printers'):\n"
+        "    getattr(plain, name).update(getattr(wrapped, name))\n"
+        "plain.enabled = wrapped.enabled\nshell.display_formatter.formatters['image/png'] = plain\n"
+        "del sys.modules['helpers.plotting'], helpers.plotting\nplt.close('all')\n"
+        "%reset -f\nimport matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+        "ax.plot([1, 2], [2, 1])\nax.set(title='Loss', xlabel='step', ylabel='loss')\nplt.show()",
+    ),
+    "import": (
         "import helpers.plotting\nimport matplotlib.pyplot as plt\n"
         "fig, ax = plt.subplots()\nax.plot([1, 2], [2, 1])\nax.set(title='Loss', "
         "xlabel='step', ylabel='loss')\nplt.show()",
-        # one with an explicit alt, shown at the end of the cell by the inline backend
         "fig = helpers.plotting.plot_timings({'a': 1.0, 'b': 2.0})\n"
         "_ = helpers.plotting.set_alt(fig, 'Two bars.')",
         "helpers.plotting.show_figure(plt.subplots()[0], alt='Empty axes.')",
-    )]
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def kernel_alts() -> dict[str, list[list[str | None]]]:
+    """Each part's cells' PNG outputs' alt texts, from one kernel run of KERNEL_CELLS."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for part in KERNEL_CELLS.values() for src in part]
     NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     alts = [[out.metadata.get("image/png", {}).get("alt") for out in cell.outputs
              if "image/png" in out.get("data", {})] for cell in nb.cells]
-    assert alts == [["Loss: loss against step."], ["Two bars."], ["Empty axes."]]
+    found, at = {}, 0
+    for part, cells in KERNEL_CELLS.items():
+        found[part], at = alts[at:at + len(cells)], at + len(cells)
+    return found
+
+
+def test_a_kernels_figure_output_carries_its_alt_text(kernel_alts) -> None:
+    # a figure made with matplotlib alone, shown by plt.show(), after the module is imported;
+    # one with an explicit alt, shown at the end of the cell by the inline backend; one shown
+    # by show_figure (the kernel's helpers.plotting imported afresh, see kernel_alts)
+    assert kernel_alts["forgotten"] == [[None]], "the module's formatter was not taken out"
+    assert kernel_alts["import"] == [["Loss: loss against step."], ["Two bars."],
+                                     ["Empty axes."]]
 
 
 def _png_output(data: bytes, alt: str | None) -> dict:
@@ -99,20 +138,10 @@ def test_the_extension_sets_alt_on_the_pages_image_by_the_pngs_hash() -> None:
     assert [img.get("alt") for img in doc.findall(nodes.image)] == ["One plot.", None, "given"]
 
 
-def test_a_chapters_setup_gives_matplotlibs_own_figures_alt_text() -> None:
+def test_a_chapters_setup_gives_matplotlibs_own_figures_alt_text(kernel_alts) -> None:
     # chapter 4 drew its first figure with matplotlib alone, before anything imported
     # helpers.plotting, and its page showed the image's file path; chapter_setup (every
     # chapter's setup cell) installs the alt text in the kernel
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(src) for src in (
-        "import sys\nimport helpers\ndevice = helpers.chapter_setup(chapter=4, needs='cpu')\n"
-        "assert 'helpers.plotting' in sys.modules",
-        "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([3, 2, 1])\n"
-        "ax.set(title='Loss', xlabel='step', ylabel='MSE loss')\nplt.show()",
-        "fig, ax = plt.subplots()\n_ = ax.plot([1, 2], label='cpu')\n_ = ax.legend()",
-    )]
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-    alts = [[out.metadata.get("image/png", {}).get("alt") for out in cell.outputs
-             if "image/png" in out.get("data", {})] for cell in nb.cells]
+    alts = kernel_alts["setup"]
     assert alts == [[], ["Loss: MSE loss against step."],
                     ["values against position, one line each for cpu."]], alts
