@@ -248,8 +248,10 @@ def test_trainers_chapter_installs_what_colab_lacks_and_runs_every_trainer(tmp_p
     py, env, env_site, work = _clean_environment(tmp_path, wheel, hide=NOT_ON_COLAB,
                                                  find_links=links, present=("accelerate",))
     env["BOOK_DATA_DIR"] = str(ROOT / "data")  # stands for Colab's MNIST download
-    # pip byte-compiles every file it installs; the kernel compiles what it imports anyway
-    env["PIP_NO_COMPILE"] = "1"
+    # pip byte-compiles every file it installs; the kernel compiles what it imports anyway.
+    # PIP_COMPILE=0, not PIP_NO_COMPILE=1: pip gives a --no-* option's variable to its
+    # destination as it is, so PIP_NO_COMPILE=1 means compile=True (pip 26.3 compiles then)
+    env["PIP_COMPILE"] = "0"
     missing = ("torchkeras", "lightning", "pytorch_lightning")
     probe = run_command([str(py), "-c", _IMPORTABLE, *missing], cwd=work, env=env).stdout
     assert probe.split() == [], f"{probe.split()} must be missing before the chapter runs"
