@@ -12,18 +12,16 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 import torch
+import torchmetrics
 from torch import nn
 from tqdm.std import tqdm as _TerminalBar
 
 from .devices import resolve_device
 from .timing import synchronize
-
-if TYPE_CHECKING:  # imported where a metric is made: see accuracy_metric
-    import torchmetrics
 
 __all__ = ["EarlyStopping", "accuracy_metric", "default_non_blocking", "evaluate", "fit",
            "predict", "progress", "train_epoch", "train_step"]
@@ -177,11 +175,6 @@ def accuracy_metric(num_classes: int = 10,
     # indices), which waits for the GPU each step. A label outside the classes still fails in
     # the loss: at once on the CPU, on CUDA as a device-side assert reported by a later call
     # (chapter 11, "Errors surface late").
-    # Imported here, not with the module: torchmetrics imports torchvision's models and with
-    # them torch._dynamo (about 2.5 s of CPU), which a process that only wants `progress` or a
-    # loop without a metric (a chapter's setup, each rank of a DDP run) does not need.
-    import torchmetrics
-
     return torchmetrics.classification.MulticlassAccuracy(
         num_classes=num_classes, average="micro", validate_args=False).to(device)
 

@@ -301,22 +301,3 @@ def test_an_epoch_synchronises_a_fixed_number_of_times():
             train_epoch(model, data[:n], opt, nn.CrossEntropyLoss(), device)
         counts.append(len(calls))
     assert counts[0] == counts[1] >= 1, counts
-
-
-def test_a_chapters_setup_and_the_loop_module_import_no_torchmetrics():
-    # torchmetrics imports torchvision's models and with them torch._dynamo: about 2.5 s of CPU
-    # in every notebook kernel and every DDP rank that imports helpers.training for `progress`
-    # or a loop without a metric. A fresh interpreter, as a kernel or a rank starts.
-    import subprocess
-    import sys
-
-    code = ("import sys, helpers\n"
-            "helpers.chapter_setup(chapter=3, needs='cpu', best_on='gpu')\n"
-            "import helpers.training, helpers.timing, helpers.checks\n"
-            "print([m for m in ('torchmetrics', 'torchvision', 'torch._dynamo') "
-            "if m in sys.modules])\n"
-            "helpers.training.accuracy_metric()\n"
-            "print('torchmetrics' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout.splitlines()
-    assert out[-2:] == ["[]", "True"], out[-2:]
