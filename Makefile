@@ -189,12 +189,15 @@ unit: venv data
 # every core) spinning threads took the cores from the ones with work (on 2 cores, two
 # chapters side by side used half the CPU time and half the wall time with it).
 TEST_WORKERS ?= 2
+# The unit tests' workers: beside the chapters (make -j3) more than two only take turns on the
+# cores, and load the machine the chapters time their CPU steps on.
+UNIT_WORKERS ?= $(TEST_WORKERS)
 test: lint browser-deps unit-tests book oldest
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -m book --require-book -n $(TEST_WORKERS)
 
 # --require-book: a test that needs the oldest-torch environment fails without it, not skips.
 unit-tests: venv data oldest-venv
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -m "not book" --require-book -n $(TEST_WORKERS)
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -m "not book" --require-book -n $(UNIT_WORKERS)
 
 ## The book's benchmark: figures for results/<machine>.json -------------------------
 bench: venv data
