@@ -383,3 +383,20 @@ def read_built_page(browser, url: str, screenshot: Path | None = None) -> dict[s
     finally:
         page.close()
     return facts
+
+
+# -- chapter 7's DDP facts (helpers.ddp_mnist._buffer_and_sync_bn_facts) ---------------------
+
+def check_buffer_and_sync_bn_facts(r0: dict, r1: dict) -> None:
+    """What two gloo ranks recorded of DDP and BatchNorm (mp.spawn's demo and ``--ddp-facts``
+    alike): at the start of every forward all ranks hold rank 0's buffers, after it their own;
+    SyncBatchNorm replaces BatchNorm and refuses CPU tensors on every rank."""
+    starts = [r["running_mean_at_forward_start"] for r in (r0, r1)]
+    ends = [r["running_mean_after_forward"] for r in (r0, r1)]
+    assert len(starts[0]) == len(ends[0]) == 3
+    assert starts[0] == starts[1]
+    assert all(a != b for a, b in zip(*ends, strict=True))
+    assert starts[1][1] == ends[0][0]
+    assert r0["sync_bn_type"] == r1["sync_bn_type"] == "SyncBatchNorm"
+    refusal = "SyncBatchNorm expected input tensor to be on GPU"
+    assert all(r["sync_bn_cpu_error"].startswith(refusal) for r in (r0, r1))

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from tests.conftest import ROOT
+from tests.support import check_buffer_and_sync_bn_facts
 
 NOTEBOOK = ROOT / "chapters" / "07_data_parallel.ipynb"
 HIDDEN_NOTE = re.compile(r"\A# .*\(hidden in the book\)\n")
@@ -115,13 +116,4 @@ def test_the_mp_spawn_dropdown_runs_and_shows_what_it_says(torch_env, tmp_path, 
     assert r0["world_size"] == r1["world_size"] == 2
     assert r0["loaded"] == r1["loaded"], "every rank loaded rank 0's checkpoint"
     assert r0["loaded"] == seed0
-    # At the start of every forward all ranks hold rank 0's buffers; after it, their own.
-    starts = [r["running_mean_at_forward_start"] for r in (r0, r1)]
-    ends = [r["running_mean_after_forward"] for r in (r0, r1)]
-    assert len(starts[0]) == len(ends[0]) == 3
-    assert starts[0] == starts[1]
-    assert all(a != b for a, b in zip(*ends, strict=True))
-    assert starts[1][1] == ends[0][0]
-    assert r0["sync_bn_type"] == "SyncBatchNorm"
-    refusal = "SyncBatchNorm expected input tensor to be on GPU"
-    assert all(r["sync_bn_cpu_error"].startswith(refusal) for r in (r0, r1))
+    check_buffer_and_sync_bn_facts(r0, r1)

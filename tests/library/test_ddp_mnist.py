@@ -14,6 +14,7 @@ import torch
 from helpers import ddp_mnist, launch
 from helpers.checkpoints import load_checkpoint
 from helpers.models import MnistCNN
+from tests.support import check_buffer_and_sync_bn_facts
 
 # VAL is odd on purpose: two ranks cannot split it evenly, and every image must still be
 # counted exactly once.
@@ -107,16 +108,7 @@ def test_ddp_facts_load_buffers_and_sync_bn(two_ranks: Path):
     assert f0["loaded"]["before"] != f1["loaded"]["before"]
     assert f0["loaded"]["after"] == f1["loaded"]["after"] == r0["weights"]
     assert f0["loaded"]["devices"] == f1["loaded"]["devices"] == ["cpu"]
-    # At the start of every forward all ranks hold rank 0's buffers; after it, their own.
-    starts = [f["running_mean_at_forward_start"] for f in (f0, f1)]
-    ends = [f["running_mean_after_forward"] for f in (f0, f1)]
-    assert len(starts[0]) == len(ends[0]) == 3
-    assert starts[0] == starts[1]
-    assert all(a != b for a, b in zip(*ends, strict=True))
-    assert starts[1][1] == ends[0][0]
-    assert f0["sync_bn_type"] == f1["sync_bn_type"] == "SyncBatchNorm"
-    refusal = "SyncBatchNorm expected input tensor to be on GPU"
-    assert all(f["sync_bn_cpu_error"].startswith(refusal) for f in (f0, f1))
+    check_buffer_and_sync_bn_facts(f0, f1)
 
 
 def test_ddp_facts_needs_gloo(monkeypatch: pytest.MonkeyPatch):
