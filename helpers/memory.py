@@ -47,6 +47,7 @@ __all__ = [
     "MeasuredStep",
     "MemoryPrediction",
     "WideMLP",
+    "column_sum_staging",
     "make_optimizer",
     "plot_step_memory",
     "measure_step_peak",
@@ -901,6 +902,56 @@ def measurable(device: torch.device | str) -> torch.device:
     """
     device = torch.device(device)
     return device if device.type in ("cpu", "cuda") else torch.device("cpu")
+
+
+def column_sum_staging(rows: int, cols: int, sms: int, threads_per_sm: int) -> int:
+    """The bytes PyTorch's CUDA reduction kernel takes from the caching allocator, and gives
+    back, to sum a contiguous float32 ``[rows, cols]`` tensor over its rows (chapter 13).
+
+    A bias's gradient is such a sum: its output's gradient summed over the batch. When each
+    output has many rows to add, ``setReduceConfig`` (``aten/src/ATen/native/cuda/Reduce.cuh``)
+    splits the rows across ``ctas_per_output`` thread blocks, enough to fill the GPU's
+    ``sms`` multiprocessors (``threads_per_sm`` threads each), and the blocks stage their
+    partial sums in a buffer of ``4 * cols * ctas_per_output * block.x * output_vec_size``
+    bytes, plus one ``int`` semaphore per block column, each request rounded up to 512
+    bytes. Returns 0 where the kernel needs no such buffer. ``sms`` and ``threads_per_sm``
+    are ``multi_processor_count`` and ``max_threads_per_multi_processor`` of
+    ``torch.cuda.get_device_properties(device)``. NVIDIA GPUs (ROCm splits otherwise), and a
+    tensor under 2 GiB (larger ones are reduced in pieces).
+    """
+    for name, value in (("rows", rows), ("cols", cols), ("sms", sms),
+                        ("threads_per_sm", threads_per_sm)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive whole number, got {value!r}")
+    if cols < 2 or 4 * rows * cols >= 2**31:
+        raise ValueError(f"column_sum_staging knows a [rows, cols] float32 tensor with at least "
+                         f"two columns and under 2 GiB, got [{rows}, {cols}]")
+
+    def div_up(a: int, b: int) -> int:
+        return -(-a // b)
+
+    def pow2(n: int, most: int) -> int:  # the largest power of two up to n, at most `most`
+        return most if n >= most else 1 << (n.bit_length() - 1)
+
+    vec = 4  # output_vec_size: neighbouring outputs loaded together
+    while cols % vec:
+        vec //= 2
+    most = 512 // vec  # the kernel's 512 threads, shared by the vector
+    dim0, dim1 = pow2(cols // vec, most), pow2(rows, most)
+    height = min(dim1, most // min(dim0, 32))
+    width = min(dim0, most // height)  # block.x: outputs side by side
+    if rows < min(height * 16, 256):
+        return 0  # each warp sums its own outputs: nothing is staged
+    per_thread = div_up(rows, height)
+    grid = div_up(cols // vec, width)  # blocks along the outputs
+    target = sms * (threads_per_sm // (width * height))  # blocks that fill the GPU
+    if per_thread < 256 or grid > target:
+        return 0
+    ctas = max(min(div_up(target, grid), div_up(per_thread, 16)), div_up(per_thread, 256))
+    if ctas <= 1:
+        return 0
+    staged, semaphores = 4 * cols * ctas * width * vec, 4 * grid
+    return sum(div_up(n, CUDA_BLOCK) * CUDA_BLOCK for n in (staged, semaphores))
 
 
 def _storage_bytes(tensors: Iterable[Any]) -> int:

@@ -411,3 +411,54 @@ def test_the_autocast_lists_are_torchs(device_type) -> None:
 def test_autocast_prediction_bad_device() -> None:
     with pytest.raises(ValueError, match="'cuda' or 'cpu'"):
         predict_autocast_saved(WideMLP, (784,), 2, device_type="mps")
+
+
+#: (SMs, threads per SM) of the GPUs the chapter names: an H200 (and an H100 SXM), a T4
+H200, T4 = (132, 2048), (40, 1024)
+
+
+def test_column_sum_staging_against_the_h200() -> None:
+    # the GPU runs of 2026-11-28 (NVIDIA H200, torch 2.11): every 4096-wide MLP's largest
+    # workspace was a `sum` (its biases' gradients) of 132.000488 MiB at batch 8192 and
+    # 64.000488 MiB at batch 2048 (the benchmark's four accumulated micro-batches)
+    mib = 2**20
+    assert memory.column_sum_staging(8192, 4096, *H200) == 132 * mib + 512
+    assert memory.column_sum_staging(2048, 4096, *H200) == 64 * mib + 512
+    # on an H200 the staged partial sums take more than the gradient being summed
+    assert memory.column_sum_staging(8192, 4096, *H200) > 8192 * 4096 * 4
+    # a T4 fills 40 SMs of 1024 threads: 10 blocks per column instead of 66
+    assert memory.column_sum_staging(8192, 4096, *T4) == 20 * mib + 512
+    # the head's 10 outputs, a batch of 256, a single row: nothing is staged
+    assert memory.column_sum_staging(8192, 10, *H200) == 0
+    assert memory.column_sum_staging(256, 4096, *H200) == 0
+    assert memory.column_sum_staging(1, 4096, *H200) == 0
+    # more SMs never stage less
+    sizes = [memory.column_sum_staging(8192, 4096, sms, 2048) for sms in range(1, 200)]
+    assert sizes == sorted(sizes)
+
+
+@pytest.mark.parametrize("args", [(0, 4), (8, 1), (2**17, 2**13), (8.0, 4), (True, 4)])
+def test_column_sum_staging_refuses_what_it_does_not_know(args) -> None:
+    with pytest.raises(ValueError, match="rows|cols|columns"):
+        memory.column_sum_staging(*args, *H200)
+
+
+@pytest.mark.parametrize("gpu", [H200, T4], ids=["h200", "t4"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("checkpointed", [False, True])
+def test_the_mlps_column_sums_raise_no_peak(gpu, optimizer, checkpointed) -> None:
+    # chapter 13 checks on a GPU that the MLPs' workspace, their biases' column sums, raises
+    # no peak. Backward runs the head first: its `sum` (10 outputs, nothing staged) comes
+    # when every activation is alive, the predicted peak; each block's later `sum` stages
+    # the 4096-wide buffer, and the accounted peak is still the tensors'
+    build = partial(WideMLP, width=4096, checkpoint=checkpointed)
+    pred = predict_training_memory(build, (784,), 8192, optimizer=optimizer,
+                                   round_to=memory.CUDA_BLOCK)
+    staging = memory.column_sum_staging(8192, 4096, *gpu)
+    names = [n for n in pred.timeline["name"] if n not in ("starts", "between steps")]
+    assert names.count("sum") == 5  # the head and four blocks
+    sums = iter([memory.column_sum_staging(8192, 10, *gpu)] + [staging] * 4)
+    step = MeasuredStep("cuda:0", 0, 0, pd.DataFrame(
+        {"name": names, "scratch": [next(sums) if n == "sum" else 0 for n in names]}))
+    assert step.workspace == staging and step.workspace_op == "sum"
+    assert step.with_prediction(pred) == pred.peak
