@@ -23,7 +23,9 @@ timed as on a fresh machine.
 :func:`compare` (defined in :mod:`helpers.timing`, importable from here too) puts two timings
 side by side and gives a verdict only where their spreads allow one ("no measurable
 difference" otherwise); :func:`device_busy` measures how much of a step keeps a CUDA GPU
-busy, and :func:`fp32_convolutions_use_tf32` says whether "plain fp32"
+busy, :func:`bound_by` names what bounds a step from that share (:data:`GPU_BOUND_SHARE`),
+:func:`h100_class` says whether a GPU is of the class the book measured (H100, H200), and
+:func:`fp32_convolutions_use_tf32` says whether "plain fp32"
 convolutions already run on TF32 tensor cores.
 """
 
@@ -35,7 +37,7 @@ import math
 import numbers
 import re
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -53,7 +55,7 @@ __all__ = ["BATCH_SIZE", "GPU_BATCH_SIZE", "MODELS", "NO_DIFFERENCE", "RESNET_GP
            "RESNET_SMALL_SIZE", "ResidualCNN", "resnet_size", "TF32_ADVICE", "Comparison",
            "CompileOutcome", "DeviceBusy", "RecipeStep", "bf16_is_fast", "cold_compile_cache",
            "compare", "compile_advice", "compile_cache_hits", "compile_failures", "compile_or_explain",
-           "device_busy", "fp32_convolutions_use_tf32", "make_step", "recipes_for",
+           "GPU_BOUND_SHARE", "bound_by", "h100_class", "device_busy", "fp32_convolutions_use_tf32", "make_step", "recipes_for",
            "tf32_advice_ignored"]
 
 #: The book's batch size for the CNN (chapter 5); full GPU runs use :data:`GPU_BATCH_SIZE`.
@@ -81,7 +83,8 @@ class ResidualCNN(nn.Module):
     3x3 convolution ``width`` -> 2 ``width`` to 14x14; a residual block there; global average
     pooling and a linear layer to 10 logits. With ``width=64``, about 0.26 GFLOP per image
     forward (five convolutions carry nearly all of it): a step at batch 1024 keeps a big GPU
-    busy for milliseconds, where the chapter 5 CNN's step leaves it idle most of the time.
+    busy for milliseconds (bound by the GPU), where on an H100 or H200 the chapter 5 CNN's
+    step leaves it waiting for the host's launches (bound by the host: :func:`bound_by`).
     Takes ``[N, 1, 28, 28]`` and returns logits ``[N, 10]``.
     """
 
@@ -474,6 +477,50 @@ def fp32_convolutions_use_tf32(device: torch.device | str) -> bool:
         return bool(torch.backends.cudnn.allow_tf32)
 
 
+#: The share of a step's wall time a GPU must be busy for the step to be *bound by the GPU*
+#: (chapter 12). Below it the GPU waits for the host's kernel launches for more than a tenth of
+#: the step: the host sets the step's time, and the step is *bound by the host*. The tenth
+#: leaves room for the gaps a busy GPU still has (the residual CNN's step on an H200: 0.99).
+GPU_BOUND_SHARE = 0.9
+
+
+def bound_by(share: float) -> str:
+    """What bounds a step whose GPU is busy for ``share`` of it (chapter 12): ``"the GPU"``
+    from :data:`GPU_BOUND_SHARE` on, ``"the host"`` below it."""
+    if (isinstance(share, bool) or not isinstance(share, numbers.Real)
+            or not math.isfinite(share) or share < 0):
+        raise ValueError(f"share must be a busy share of a step (0 or more), got {share!r}")
+    return "the GPU" if share >= GPU_BOUND_SHARE else "the host"
+
+
+def h100_class(gpu: torch.device | str | Mapping[str, object]) -> bool:
+    """Whether ``gpu`` is of the class the book measured chapter 12 on: a CUDA GPU of compute
+    capability 9.0 or later with 100 SMs or more (H100, H200, and the faster GPUs after them),
+    where the chapter 5 CNN's step is bound by the host (chapter 12).
+
+    ``gpu`` is a CUDA device of this machine, or a GPU of a committed result file's machine
+    record (its ``capability``, such as ``"9.0"``, and ``multiprocessors``). Smaller GPUs of
+    capability 9.0 (the H20, 78 SMs) are left out, as are ROCm builds and every other device.
+    """
+    if isinstance(gpu, Mapping):
+        try:
+            capability = tuple(int(p) for p in str(gpu["capability"]).split(".")[:2])
+            sms = int(gpu["multiprocessors"])  # type: ignore[call-overload]
+        except (KeyError, TypeError, ValueError):
+            raise ValueError("a committed GPU record needs its 'capability' (such as '9.0') "
+                             f"and 'multiprocessors', got {dict(gpu)!r}") from None
+        return capability >= (9, 0) and sms >= 100
+    device = _kind(gpu)
+    if device.type != "cuda" or torch.version.hip:
+        return False
+    try:
+        props = torch.cuda.get_device_properties(device)
+    except (RuntimeError, AssertionError, ValueError):
+        resolve_device(device)  # names the devices this machine has
+        raise
+    return (props.major, props.minor) >= (9, 0) and props.multi_processor_count >= 100
+
+
 @dataclass(frozen=True)
 class DeviceBusy:
     """What :func:`device_busy` measured (chapter 12): per step, the GPU's busy milliseconds
@@ -513,7 +560,8 @@ def device_busy(fn: Callable[[], object], device: torch.device | str, *,
     One call runs first (first-call costs stay out), then ``steps`` calls under
     ``torch.profiler``; the GPU's kernels and copies on ``device`` are added up, overlaps
     counted once. Compare with the step's wall time (``DeviceBusy.share``): a step whose GPU is
-    busy for a small share of it is bound by the host, which launches the kernels.
+    busy for less than :data:`GPU_BOUND_SHARE` of it is bound by the host, which launches the
+    kernels (:func:`bound_by`).
     """
     if not callable(fn):
         raise TypeError(f"device_busy needs the step to call, got {fn!r}")

@@ -72,3 +72,23 @@ def test_the_cold_cache_is_a_fresh_folder_removed_afterwards() -> None:
 
     assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (before, default_cache_dir())
     assert not os.path.exists(inside)
+
+
+def test_what_bounds_a_step_from_its_busy_share() -> None:
+    assert recipes.GPU_BOUND_SHARE == 0.9  # chapter 12's prose states it
+    assert recipes.bound_by(recipes.GPU_BOUND_SHARE) == "the GPU"
+    assert recipes.bound_by(1.02) == "the GPU"  # a profile may count a little past the step
+    assert recipes.bound_by(0.0) == recipes.bound_by(0.8999) == "the host"
+    for bad in (-0.1, float("nan"), True, "0.5", None):
+        with pytest.raises(ValueError, match="busy share"):
+            recipes.bound_by(bad)
+
+
+def test_h100_class_records_and_devices_off_cuda() -> None:
+    assert recipes.h100_class({"capability": "9.0", "multiprocessors": 132}) is True
+    assert recipes.h100_class({"capability": "10.0", "multiprocessors": 148}) is True  # B200
+    assert recipes.h100_class({"capability": "9.0", "multiprocessors": 78}) is False  # H20
+    assert recipes.h100_class({"capability": "8.0", "multiprocessors": 108}) is False  # A100
+    assert recipes.h100_class("cpu") is False and recipes.h100_class("mps") is False
+    with pytest.raises(ValueError, match="capability"):
+        recipes.h100_class({"capability": "nine", "multiprocessors": 132})
