@@ -1,14 +1,19 @@
-"""Chapter 11's CUDA graph: the replay's line and its hidden check, run on the CPU with the
-timings the H200 measured (torch 2.11.0+cu130) and with timings where the replay is not faster.
+"""Chapter 11's CUDA graph and kernel fusion: the lines comparing two timings and their hidden
+checks, run on the CPU with the timings the H200 measured (torch 2.11.0+cu130) or predicted
+from its bandwidth, and with timings where the claim is not true.
 
 On the H200 the check asked compare()'s verdict, which gives none where a timing's spread is
 above 10% of its median: the launch-bound eager step measured 1.768 ms with an IQR of 0.275 ms
 (16%), the replay 0.3077 ms (IQR 0.03 us), and the chapter failed with ClaimNotMet although the
 replay was 5.7 times as fast, and its line said "no measurable difference". Both now order the
-two by their ranges (helpers.cuda_semantics.ranges_verdict)."""
+two by their ranges (helpers.cuda_semantics.ranges_verdict). The fusion line printed a ratio of
+medians; it now goes through compare(), whose verdict its check asks as well."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pandas as pd
 import pytest
 import torch
 
@@ -33,7 +38,7 @@ def _run(eager: Timing, replay: Timing, monkeypatch) -> str:
     imports = "\n".join(line for line in lesson.splitlines() if line.startswith("from "))
     tail = lesson[lesson.index("graph_gain = compare(eager, replay)"):]
     printed: list[str] = []
-    space = {"eager": eager, "replay": replay, "expect": expect,
+    space = {"eager": eager, "replay": replay, "expect": expect, "compare": compare,
              "device": torch.device("cuda", 0), "print": lambda *a: printed.append(" ".join(
                  map(str, a)))}
     exec(f"{imports}\n{tail}", space)  # noqa: S102 - the chapter's own cell
@@ -64,3 +69,51 @@ def test_quiet_timings_print_compares_factor(monkeypatch) -> None:
 def test_where_the_replay_is_not_faster_the_check_fails(eager, replay, monkeypatch) -> None:
     with pytest.raises(ClaimNotMet, match="replaying the graph is faster"):
         _run(_timing("eager step", *eager), _timing("graph replay", *replay), monkeypatch)
+
+
+# -- kernel fusion: the fused chain against the eager one ---------------------------------------
+
+N = 2**27  # the chapter's size on a CUDA GPU
+
+
+def _fusion(eager_ms: float, fused_ms: float, monkeypatch, iqr_share: float = 0.01) -> str:
+    """The fusion cell and its check on a faked CUDA device, strict, each version's timing
+    faked (profile_once needs a GPU); returns what the cell printed."""
+    monkeypatch.setenv("BOOK_STRICT", "1")
+    lesson, check = lesson_and_check(NOTEBOOK, "fusion = pd.DataFrame(")
+    timings: dict[str, Timing] = {}
+    nbytes = N * 4
+
+    def profile_once(name, fn, passes):
+        ms = {"eager": eager_ms, "torch.compile": fused_ms}[name]
+        timings[name] = _timing(name, ms, iqr_share * ms)
+        moved = passes * 2 * nbytes / 1e6
+        return {"element-wise aten operations": 7 if name == "eager" else 0,
+                "CUDA kernels": 6 if name == "eager" else 1, "median time (ms)": ms,
+                "MB moved": moved, "GB/s": moved / ms}
+
+    printed: list[str] = []
+    space = {"pd": pd, "compare": compare, "expect": expect, "timings": timings,
+             "profile_once": profile_once, "chain": None, "compiled_chain": None,
+             "compiling": SimpleNamespace(ok=True), "n": N, "device": torch.device("cuda", 0),
+             "print": lambda *a: printed.append(" ".join(map(str, a)))}
+    exec(lesson, space)  # noqa: S102 - the chapter's own cell
+    exec(check, space)  # noqa: S102
+    return "\n".join(printed)
+
+
+def test_fusion_at_the_h200s_rate_passes_with_compares_factor(monkeypatch) -> None:
+    # predicted for the H200 (about 4 TB/s either way): six passes of 1 GiB against one
+    said = _fusion(1.62, 0.27, monkeypatch)
+    assert said == ("on cuda:0, 134,217,728 elements, fusion cut the traffic 6x; "
+                    "the fused chain: 6.00x as fast as the eager one"), said
+
+
+@pytest.mark.parametrize(("eager_ms", "fused_ms", "iqr_share"), [
+    (1.62, 0.81, 0.01),  # only 2x: the fused kernel moves its bytes at half the rate
+    (1.62, 0.27, 0.5),  # noisy timings: no factor, so no claim of one
+])
+def test_fusion_short_of_half_its_traffic_cut_fails(eager_ms, fused_ms, iqr_share,
+                                                    monkeypatch) -> None:
+    with pytest.raises(ClaimNotMet, match="fusion's speed-up"):
+        _fusion(eager_ms, fused_ms, monkeypatch, iqr_share)
