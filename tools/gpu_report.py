@@ -48,6 +48,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -204,7 +205,7 @@ def unpack_mnist(archive: Path) -> Path:
         members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith("MNIST/raw/")
                    and ".." not in Path(m.name).parts]
         tar.extractall(target, members=members, filter="data")
-    print(f"Unpacked {len(members)} MNIST files into {raw}")
+    print(f"Unpacked {len(members)} MNIST files into {shown(raw)}")
     return raw
 
 
@@ -225,17 +226,136 @@ def check_torch() -> str:
     return version
 
 
-def run_logged(command: list[str], env: dict[str, str], log: Path, echo: bool) -> int:
-    """Run ``command`` in the checkout with its output in ``log`` (and here, if ``echo``)."""
+class Stopper:
+    """Stops the parts of a run that are running, once: when the ``--budget`` is spent or a
+    SIGINT or SIGTERM comes. Each command run with :func:`run_logged` is asked to stop (SIGINT:
+    pytest then prints its summary; SIGTERM to its process group after :attr:`GRACE` seconds,
+    SIGKILL after as many again), and each chapter's kernel is killed (its chapter then fails,
+    saying it was cut short). After it, no part starts; the report writes what it has."""
+
+    #: Seconds a command gets after SIGINT, and again after SIGTERM, before the next signal.
+    GRACE = 10.0
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.why = ""
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen] = set()
+        self._kernels: set[Any] = set()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    def stop(self, why: str) -> None:
+        """Stop everything running, saying ``why``. Safe in a signal handler: the work is done
+        by threads, so this returns at once."""
+        with self._lock:
+            if self.event.is_set():
+                return
+            self.why = why
+            self.event.set()
+            procs, kernels = list(self._procs), list(self._kernels)
+        print(f"Stopping ({why}): what was recorded is kept and written out.", file=sys.stderr,
+              flush=True)
+        for proc in procs:
+            threading.Thread(target=self._stop_process, args=(proc,), daemon=True).start()
+        if kernels:
+            threading.Thread(target=self._kill_kernels, daemon=True).start()
+
+    def add_process(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(proc)
+            stopped = self.event.is_set()
+        if stopped:  # started as the run was being stopped
+            threading.Thread(target=self._stop_process, args=(proc,), daemon=True).start()
+
+    def remove_process(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def add_kernel(self, km: Any) -> None:
+        with self._lock:
+            self._kernels.add(km)
+
+    def remove_kernel(self, km: Any) -> None:
+        with self._lock:
+            self._kernels.discard(km)
+
+    def _stop_process(self, proc: subprocess.Popen) -> None:
+        """SIGINT to the command (pytest prints its summary, the benchmark keeps its parts),
+        then SIGTERM and SIGKILL to its process group (xdist's workers among it)."""
+        for sig, whom in ((signal.SIGINT, "leader"), (signal.SIGTERM, "group"),
+                          (signal.SIGKILL, "group")):
+            try:
+                if whom == "leader":
+                    os.kill(proc.pid, sig)
+                else:
+                    os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                proc.wait(self.GRACE)
+            except subprocess.TimeoutExpired:
+                continue
+            # The leader is gone: what it started in its group goes with it.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            return
+
+    def _kill_kernels(self) -> None:
+        """Kill each running chapter's kernel (its process group), until none is left: nbclient
+        then finds it dead and the chapter returns. A kernel still starting is killed on a
+        later pass."""
+        deadline = time.monotonic() + 2 * self.GRACE
+        while time.monotonic() < deadline:
+            with self._lock:
+                kernels = list(self._kernels)
+            if not kernels:
+                return
+            for km in kernels:
+                provisioner = getattr(km, "provisioner", None)
+                group = getattr(provisioner, "pgid", None) or getattr(provisioner, "pid", None)
+                if group:
+                    try:
+                        os.killpg(group, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            time.sleep(0.5)
+
+
+#: The stopper of the run in progress (:func:`record`), which :func:`execute` tells about its
+#: kernels; None outside a run.
+_stopper: Stopper | None = None
+
+
+def run_logged(command: list[str], env: dict[str, str], log: Path, echo: bool,
+               stopper: Stopper | None = None) -> int:
+    """Run ``command`` in the checkout, in a process group of its own, with its output in
+    ``log`` line by line as it comes (and here, if ``echo``): a command stopped or killed
+    keeps its log. ``stopper`` stops it (:class:`Stopper`)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "w") as f:
+    with open(log, "w", buffering=1) as f:  # line-buffered: each line is on disk at once
         proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
-        for line in proc.stdout:
-            f.write(line)
-            if echo:
-                print(line, end="", flush=True)
-        return proc.wait()
+                                stderr=subprocess.STDOUT, text=True, errors="replace",
+                                start_new_session=True)
+        if stopper is not None:
+            stopper.add_process(proc)
+        try:
+            for line in proc.stdout:
+                f.write(line)
+                if echo:
+                    print(line, end="", flush=True)
+            return proc.wait()
+        finally:
+            if stopper is not None:
+                stopper.remove_process(proc)
+            if proc.poll() is None:  # this report itself is being ended: end the command too
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
 
 
 def _last_line(log: Path) -> str:
@@ -339,6 +459,20 @@ def scrub_file(path: Path, places: list[tuple[str, str]]) -> None:
             path.write_text(clean)
 
 
+def scrub_data(value: Any, places: list[tuple[str, str]]) -> Any:
+    """``value`` (the summary: dicts, lists, strings) with every string, key or value,
+    without this machine's folders. Scrubbed before it is written as JSON: JSON escapes the
+    colour code before a traceback's path (``\\u001b[32m/home/ann/...``), which then reads
+    as part of a longer name and would be left alone."""
+    if isinstance(value, str):
+        return without_places(value, places)
+    if isinstance(value, dict):
+        return {scrub_data(k, places): scrub_data(v, places) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_data(v, places) for v in value]
+    return value
+
+
 def scrub_command(result: Path, places: list[tuple[str, str]]) -> None:
     """The result file's ``command`` (what the benchmark was told, a ``--work`` outside the
     checkout among it), without this machine's folders; the figures are left as written."""
@@ -370,9 +504,30 @@ def kernel_env() -> dict[str, str]:
     return {**os.environ, "MPLBACKEND": INLINE_BACKEND}
 
 
+def kernel_transport(km) -> str | None:
+    """Put ``km``'s kernel on IPC sockets in a private folder, where this system has them:
+    ipykernel 7 warns on the console that "Kernel is running over TCP without encryption" for
+    every kernel on TCP, the default. Unix sockets are reachable by this user only (their
+    folder is ``mkdtemp``'s, mode 700); their path is absolute, since the kernel runs in the
+    chapter's folder and this report in the book's (a relative one, jupyter_client's default,
+    names two places). Returns the folder (removed after the kernel), or None where TCP stays:
+    not POSIX, or a path too long for a socket (about 107 bytes)."""
+    if os.name != "posix":
+        return None
+    folder = tempfile.mkdtemp(prefix="kernel-")
+    if len(folder) > 80:
+        os.rmdir(folder)
+        return None
+    km.transport = "ipc"
+    km.ip = os.path.join(folder, "ipc")
+    return folder
+
+
 def execute(path: Path, timeout: int) -> tuple[bool, str]:
     """Execute ``path`` in place in its own folder, as the book build does, with the inline
-    backend whatever ``MPLBACKEND`` says (:func:`kernel_env`)."""
+    backend whatever ``MPLBACKEND`` says (:func:`kernel_env`), its kernel on IPC sockets
+    (:func:`kernel_transport`). A run being stopped (:class:`Stopper`) kills its kernel: the
+    chapter then fails, saying it was cut short."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
@@ -380,13 +535,28 @@ def execute(path: Path, timeout: int) -> tuple[bool, str]:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
+    km = client.create_kernel_manager()
+    sockets = kernel_transport(km)
+    stopper = _stopper
+    if stopper is not None:
+        stopper.add_kernel(km)
+    error = ""
     try:
-        client.execute(env=kernel_env())
-        error = ""
+        if stopper:
+            error = "not started"
+        else:
+            client.execute(env=kernel_env())
     except CellExecutionError as exc:
         error = str(exc)[-2000:]
     except Exception as exc:  # a dead kernel or a timeout: record it, go on with the others
         error = f"{type(exc).__name__}: {exc}"[-2000:]
+    finally:
+        if stopper is not None:
+            stopper.remove_kernel(km)
+        if sockets:
+            shutil.rmtree(sockets, ignore_errors=True)
+    if error and stopper:
+        error = f"cut short ({stopper.why}): {error}"
     nbformat.write(nb, path)
     return not error, error
 
@@ -499,11 +669,26 @@ def record(args: argparse.Namespace) -> int:
              f"the {'quick' if args.quick else 'full'} benchmark")
           + f", then {0 if args.no_chapters else len(chosen)} chapter(s).", flush=True)
     summary: dict[str, Any] = {"run": run, "chapters": {}}
-
+    # The whole run within --budget (the tests too) and a run told to stop (SIGINT, SIGTERM)
+    # still says what it did and packs its archive: a run on a machine one cannot keep must
+    # come back as one copy. What is running is stopped (Stopper); no part starts after.
+    global _stopper
+    stopper = _stopper = Stopper()
     started = time.monotonic()
+    budget_spent = f"the --budget of {args.budget or 0:g} s was spent"
+    timer = None
+    if args.budget is not None:
+        timer = threading.Timer(args.budget, stopper.stop, (budget_spent,))
+        timer.daemon = True
+        timer.start()
+    previous = catch_signals(stopper)
 
     def out_of_time() -> bool:
-        return args.budget is not None and time.monotonic() - started > args.budget
+        return bool(stopper) or (args.budget is not None
+                                 and time.monotonic() - started > args.budget)
+
+    def why_not() -> str:
+        return stopper.why or budget_spent
 
     # The benchmark first, so the chapters run beside this machine's own result file. Each
     # workload's figures are kept under the work folder as it finishes (--parts): a run cut
@@ -520,80 +705,94 @@ def record(args: argparse.Namespace) -> int:
     bench += ["--out", shown(out)]
     env = {**os.environ, "BOOK_COMMIT": commit, "BOOK_STRICT": "1"}
     # What the report writes names no folder of this machine (the bench and the tests run in
-    # the checkout, so their paths are relative to it; logs and pages are scrubbed).
+    # the checkout, so their paths are relative to it; logs, pages and the summary are
+    # scrubbed).
     places = machine_places(*[(p, w) for p, w in ((args.work, "WORK"), (results, "RESULTS"))
                               if not p.resolve().is_relative_to(ROOT.resolve())],
                             (args.wheelhouse, "WHEELS"), (args.data, "DATA"))
+    lock = threading.Lock()
 
     def write_summary() -> None:
-        text = json.dumps(summary, indent=1) + "\n"
-        (args.work / "report.json").write_text(without_places(text, places))
+        with lock:  # a chapter's or the tests' thread may be changing it
+            text = json.dumps(scrub_data(summary, places), indent=1) + "\n"
+        (args.work / "report.json").write_text(text)
 
     bench_rc = 0
     clock: dict[str, float] = {}
     wrote: list[Path] = []  # what this run wrote, for --archive
-    if args.no_bench:
-        summary["benchmark"] = {"skipped": "--no-bench"}
-    else:
-        print("Benchmark: " + " ".join(bench[1:]), flush=True)
-        tic = time.monotonic()
-        bench_rc = run_logged(bench, env, args.work / "bench.log", echo=True)
-        scrub_file(args.work / "bench.log", places)
-        scrub_command(out / f"{slug}.json", places)
-        clock["benchmark"] = time.monotonic() - tic
-        summary["benchmark"] = {"command": bench[1:], "returncode": bench_rc}
-        wrote += [args.work / "bench.log", out / f"{slug}.json"]  # pack skips what is not
-    os.environ["BOOK_STRICT"] = "1"  # the chapters' timing claims are strict here
-    if args.no_chapters:
-        chosen = []
-    elif args.resume:
-        # A page already recorded on this machine for the chapter's current code is kept.
-        kept = [c for c in chosen if (pages / c.name).exists() and code_hash(
-            nbformat.read(pages / c.name, as_version=4)) == code_hash(
-            nbformat.read(c, as_version=4))]
-        if kept:
-            print("Already recorded for the current code: " + ", ".join(c.stem for c in kept))
-        chosen = [c for c in chosen if c not in kept]
-
-    # No page of an earlier run survives a chapter that fails now (or one deleted since).
-    if not args.chapters and not args.resume and not args.no_chapters:
-        shutil.rmtree(pages, ignore_errors=True)
-    # The tests' own output checks, so no page they would reject is written (the checkout is
-    # on sys.path: use_checkout).
-    from tools.notebook import output_problems, trim_errors
     not_run: list[str] = []
-    lock = threading.Lock()
+    tests = None
+    tests_log = args.work / "tests.log"
+    try:
+        if args.no_bench:
+            summary["benchmark"] = {"skipped": "--no-bench"}
+        elif out_of_time():
+            summary["benchmark"] = {"command": bench[1:], "not_run": why_not()}
+        else:
+            print("Benchmark: " + " ".join(bench[1:]), flush=True)
+            tic = time.monotonic()
+            summary["benchmark"] = {"command": bench[1:], "returncode": -1}
+            wrote += [args.work / "bench.log", out / f"{slug}.json"]  # pack skips what is not
+            bench_rc = run_logged(bench, env, args.work / "bench.log", echo=True,
+                                  stopper=stopper)
+            scrub_file(args.work / "bench.log", places)
+            scrub_command(out / f"{slug}.json", places)
+            clock["benchmark"] = time.monotonic() - tic
+            summary["benchmark"]["returncode"] = bench_rc
+            if stopper:
+                summary["benchmark"]["cut_short"] = stopper.why
+        os.environ["BOOK_STRICT"] = "1"  # the chapters' timing claims are strict here
+        if args.no_chapters:
+            chosen = []
+        elif args.resume:
+            # A page already recorded on this machine for the chapter's current code is kept.
+            kept = [c for c in chosen if (pages / c.name).exists() and code_hash(
+                nbformat.read(pages / c.name, as_version=4)) == code_hash(
+                nbformat.read(c, as_version=4))]
+            if kept:
+                print("Already recorded for the current code: "
+                      + ", ".join(c.stem for c in kept))
+            chosen = [c for c in chosen if c not in kept]
 
-    def record_chapter(source: Path, ran: dict[str, Any]) -> None:
-        if out_of_time():
-            with lock:
-                not_run.append(source.stem)
-            return
-        (pages / source.name).unlink(missing_ok=True)
-        target = work / source.name
-        shutil.copy(source, target)
-        start = time.perf_counter()
-        ok, error = execute(target, args.timeout)
-        seconds = round(time.perf_counter() - start, 1)
-        problems: list[str] = []
-        nb = nbformat.read(target, as_version=4)
-        if ok:
-            trim_errors(nb)
-            problems = output_problems(nb)
-            if problems:
-                ok, error = False, "; ".join(problems)
-        scrub_notebook(nb, places)
-        nbformat.write(nb, target)
-        if ok:
-            page = stamp_page(nb, nbformat.read(source, as_version=4), {**run, **ran})
-            pages.mkdir(parents=True, exist_ok=True)
-            nbformat.write(page, pages / source.name)
-        with lock:
-            wrote.append(target)
+        # No page of an earlier run survives a chapter that fails now (or one deleted since).
+        if not args.chapters and not args.resume and not args.no_chapters:
+            shutil.rmtree(pages, ignore_errors=True)
+        # The tests' own output checks, so no page they would reject is written (the checkout
+        # is on sys.path: use_checkout).
+        from tools.notebook import output_problems, trim_errors
+
+        def record_chapter(source: Path, ran: dict[str, Any]) -> None:
+            if out_of_time():
+                with lock:
+                    not_run.append(source.stem)
+                return
+            (pages / source.name).unlink(missing_ok=True)
+            target = work / source.name
+            shutil.copy(source, target)
+            start = time.perf_counter()
+            ok, error = execute(target, args.timeout)
+            seconds = round(time.perf_counter() - start, 1)
+            problems: list[str] = []
+            nb = nbformat.read(target, as_version=4)
             if ok:
-                wrote.append(pages / source.name)
-            summary["chapters"][source.stem] = {"ok": ok, "seconds": seconds, "error": error,
-                                                **ran}
+                trim_errors(nb)
+                problems = output_problems(nb)
+                if problems:
+                    ok, error = False, "; ".join(problems)
+            scrub_notebook(nb, places)
+            nbformat.write(nb, target)
+            if ok:
+                page = stamp_page(nb, nbformat.read(source, as_version=4), {**run, **ran})
+                pages.mkdir(parents=True, exist_ok=True)
+                nbformat.write(page, pages / source.name)
+            with lock:
+                wrote.append(target)
+                if ok:
+                    wrote.append(pages / source.name)
+                summary["chapters"][source.stem] = {"ok": ok, "seconds": seconds,
+                                                    "error": error, **ran}
+                if not ok and stopper:
+                    summary["chapters"][source.stem]["cut_short"] = stopper.why
             print(f"  {source.stem}: {'passed' if ok else 'FAILED'} in {seconds:.0f} s"
                   f" ({ran['ran']})", flush=True)
             for line in [] if ok else problems or (
@@ -602,72 +801,99 @@ def record(args: argparse.Namespace) -> int:
             # Rewritten after every chapter: a run cut short still says what it did.
             write_summary()
 
-    # The lanes. First, alone on the machine (after the benchmark): the chapters that time
-    # something. Then side by side: the chapters that measure no time, --workers at a time,
-    # beside the unit tests (their own part, with --test-workers).
-    alone = [c for c in chosen if runs_alone(c.stem, run["gpu_count"])]
-    beside = [c for c in chosen if c not in alone]
-    tic = time.monotonic()
-    for source in alone:
-        record_chapter(source, {"ran": "alone"})
-    clock["chapters alone"] = time.monotonic() - tic
-    tic = time.monotonic()
-    tests = None
-    if args.tests:
-        # The unit tests, GPU branches included (they skip without a GPU), with a report file.
-        command = [sys.executable, "-m", "pytest", "-q", "-m", "not book", "-rs",
-                   f"--junitxml={shown(args.work / 'tests.xml')}", "-p", "no:cacheprovider"]
-        if args.test_workers > 1:
-            command += ["-n", str(args.test_workers)]
-        command += ["tests/library", "tests/benchmark", "tests/book/test_troubleshooting_gpu.py"]
-        print("Tests: " + " ".join(command[1:]) + f" (log: {shown(args.work / 'tests.log')})",
-              flush=True)
+        # The lanes. First, alone on the machine (after the benchmark): the chapters that time
+        # something. Then side by side: the chapters that measure no time, --workers at a
+        # time, beside the unit tests (their own part, with --test-workers).
+        alone = [c for c in chosen if runs_alone(c.stem, run["gpu_count"])]
+        beside = [c for c in chosen if c not in alone]
+        tic = time.monotonic()
+        # In a thread of its own, like the others: in the main thread nbclient takes SIGINT
+        # and SIGTERM over while a chapter runs, and puts Python's defaults back after it, so
+        # a signal would no longer stop the run (catch_signals) but end the report unpacked.
+        with ThreadPoolExecutor(1) as pool:
+            list(pool.map(lambda source: record_chapter(source, {"ran": "alone"}), alone))
+        clock["chapters alone"] = time.monotonic() - tic
+        tic = time.monotonic()
+        if args.tests:
+            command = tests_command(args.work, args.test_workers)
+            if out_of_time():
+                summary["tests"] = {"command": command[1:], "not_run": why_not()}
+            else:
+                print("Tests: " + " ".join(command[1:]) + f" (log: {shown(tests_log)})",
+                      flush=True)
 
-        def run_tests() -> None:
-            returncode = -1  # if running them fails, the summary says so
-            try:
-                returncode = run_logged(command, env, args.work / "tests.log", echo=not beside)
-            finally:
-                with lock:  # a chapter's thread may be writing the summary out
-                    summary["tests"] = {"command": command[1:], "returncode": returncode,
-                                        "seconds": round(time.monotonic() - tic, 1)}
+                def run_tests() -> None:
+                    returncode = -1  # if running them fails, the summary says so
+                    try:
+                        returncode = run_logged(command, env, tests_log, echo=not beside,
+                                                stopper=stopper)
+                    finally:
+                        with lock:
+                            summary["tests"] = {"command": command[1:],
+                                                "returncode": returncode,
+                                                "seconds": round(time.monotonic() - tic, 1)}
+                            if stopper:
+                                summary["tests"]["cut_short"] = stopper.why
 
-        tests = threading.Thread(target=run_tests)
-        tests.start()
-        wrote += [args.work / "tests.log", args.work / "tests.xml"]
-    workers = max(1, min(args.workers, len(beside)))
-    others = ([f"other chapters ({workers} at a time)"] if workers > 1 else []) + (
-        ["the unit tests"] if tests else [])
-    ran = {"ran": "beside " + " and ".join(others)} if others else {"ran": "alone"}
-    with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(lambda source: record_chapter(source, ran), beside))
-    clock["chapters side by side"] = time.monotonic() - tic
-    if tests is not None:
-        tests.join()
+                tests = threading.Thread(target=run_tests)
+                tests.start()
+                wrote += [tests_log, args.work / "tests.xml"]
+        workers = max(1, min(args.workers, len(beside)))
+        others = ([f"other chapters ({workers} at a time)"] if workers > 1 else []) + (
+            ["the unit tests"] if tests else [])
+        ran = {"ran": "beside " + " and ".join(others)} if others else {"ran": "alone"}
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(lambda source: record_chapter(source, ran), beside))
+        clock["chapters side by side"] = time.monotonic() - tic
+        if tests is not None:
+            tests.join()
+            clock["tests"] = summary["tests"]["seconds"]
+    except BaseException as failure:
+        # The report itself failed or was told twice to stop: stop what runs, keep the rest.
+        stopper.stop(f"the report stopped: {type(failure).__name__}: {failure}"[:200])
+        raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+        restore_signals(previous)
+        _stopper = None
         for name in ("tests.log", "tests.xml"):
             scrub_file(args.work / name, places)
-        clock["tests"] = summary["tests"]["seconds"]
+        clock["total"] = time.monotonic() - started
+        with lock:
+            summary["parts_seconds"] = {k: round(v, 1) for k, v in clock.items()}
+            summary["not_run"] = list(not_run)
+            if stopper:
+                summary["stopped"] = stopper.why
+        write_summary()
+        if args.archive:
+            wrote.append(args.work / "report.json")
+            with lock:
+                files = list(wrote)
+            size = pack(args.archive, files, results, args.work)
+            print(f"Archive: {args.archive} ({size / 2**20:.1f} MiB): on the machine you keep, "
+                  f"`python tools/gpu_report.py unpack {args.archive.name}` in the book's folder",
+                  flush=True)
+    if "tests" in clock:
         print(f"  tests: exit status {summary['tests']['returncode']} in "
-              f"{clock['tests']:.0f} s; {_last_line(args.work / 'tests.log')}", flush=True)
-    tests_rc = summary.get("tests", {}).get("returncode", 0)
-    clock["total"] = time.monotonic() - started
-    summary["parts_seconds"] = {k: round(v, 1) for k, v in clock.items()}
+              f"{clock['tests']:.0f} s; {_last_line(tests_log)}", flush=True)
     print("Parts: " + ", ".join(f"{k} {v:.0f} s" for k, v in clock.items()), flush=True)
-
-    summary["not_run"] = not_run
-    write_summary()
-    if args.archive:
-        wrote.append(args.work / "report.json")
-        size = pack(args.archive, wrote, results, args.work)
-        print(f"Archive: {args.archive} ({size / 2**20:.1f} MiB): on the machine you keep, "
-              f"`python tools/gpu_report.py unpack {args.archive.name}` in the book's folder")
-    if not_run:
-        print(f"Out of time (--budget {args.budget:g} s): not run: {', '.join(not_run)}. "
-              "Run again with --resume --no-bench to record them.", file=sys.stderr)
+    tests_rc = summary.get("tests", {}).get("returncode", 0)
+    skipped = [name for name, part in (("the benchmark", summary.get("benchmark", {})),
+                                       ("the unit tests", summary.get("tests", {})))
+               if "not_run" in part]
+    if stopper:
+        cut = [name for name, part in (("the benchmark", summary.get("benchmark", {})),
+                                       ("the unit tests", summary.get("tests", {})))
+               if "cut_short" in part] + [c for c, r in summary["chapters"].items()
+                                          if "cut_short" in r]
+        print(f"Stopped ({stopper.why}): cut short: {', '.join(cut) or 'nothing'}; not run: "
+              f"{', '.join(skipped + not_run) or 'nothing'}. Run again with --resume --no-bench "
+              "to record the chapters left.", file=sys.stderr)
     failed = sorted(name for name, c in summary["chapters"].items() if not c["ok"])
     print(f"Pages in {shown(pages)}; executed notebooks in {shown(work)}; summary in "
           f"{shown(args.work / 'report.json')}")
-    if failed or bench_rc or tests_rc or not_run:
+    if failed or bench_rc or tests_rc or not_run or skipped or stopper:
         print(f"Not complete: failed chapter(s) {', '.join(failed) or 'none'}; benchmark exit "
               f"status {bench_rc}; tests exit status {tests_rc}. What passed is recorded and "
               "may be committed as a partial run.", file=sys.stderr)
@@ -680,6 +906,45 @@ def record(args: argparse.Namespace) -> int:
     else:
         print(f"Done. Commit results/{slug}.json and results/pages/{slug}/ (never edit them).")
     return 0
+
+
+def tests_command(work: Path, workers: int) -> list[str]:
+    """The unit tests, GPU branches included (they skip without a GPU), with a report file:
+    the short summary names each failure, error and skip (``-rfEs``) and the 15 slowest tests
+    are listed (``--durations``). pytest-benchmark's plugin is left out (``-p no:benchmark``;
+    a name pytest ignores where that plugin is absent): under xdist it only warns, once per
+    worker, that it measures nothing."""
+    command = [sys.executable, "-m", "pytest", "-q", "-m", "not book", "-rfEs",
+               "--durations=15", f"--junitxml={shown(work / 'tests.xml')}",
+               "-p", "no:cacheprovider", "-p", "no:benchmark"]
+    if workers > 1:
+        command += ["-n", str(workers)]
+    return command + ["tests/library", "tests/benchmark", "tests/book/test_troubleshooting_gpu.py"]
+
+
+def catch_signals(stopper: Stopper) -> dict[int, Any]:
+    """SIGINT and SIGTERM stop the run (:class:`Stopper`) instead of ending the report: it
+    then writes what it has. A second one raises KeyboardInterrupt (the report still writes
+    its summary and archive on its way out). Only in the main thread (where Python runs signal
+    handlers); returns the handlers replaced."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    count = [0]
+
+    def on_signal(signum: int, frame: Any) -> None:
+        count[0] += 1
+        if count[0] > 1:
+            raise KeyboardInterrupt
+        # stop() prints and takes a lock: in a thread, never inside this handler.
+        threading.Thread(target=stopper.stop, daemon=True,
+                         args=(f"{signal.Signals(signum).name} received",)).start()
+
+    return {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+
+def restore_signals(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 # One archive back ----------------------------------------------------------------------------

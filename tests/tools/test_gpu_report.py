@@ -22,6 +22,8 @@ from tests.conftest import ROOT
 from tests.support import output_problems, run_command
 from tools import gpu_report as report
 
+REAL_EXECUTE = report.execute  # the lanes fixture stubs it
+
 SCRIPT = ROOT / "tools" / "gpu_report.py"
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
 RECORDED = sorted((ROOT / "results" / "pages").glob("*/*.ipynb"))
@@ -855,7 +857,7 @@ def test_the_unit_tests_are_a_part_of_their_own_beside_the_chapters_that_time_no
 
     calls = []
 
-    def fake_run_logged(command, env, log, echo):
+    def fake_run_logged(command, env, log, echo, stopper=None):
         calls.append((command, time.monotonic(), echo))
         time.sleep(0.5)
         log.write_text("5 passed in 0.5s\n")
@@ -953,7 +955,7 @@ def test_pages_logs_and_result_files_name_no_folder_of_the_machine(lanes, monkey
         nbformat.write(nb, path)
         return True, ""
 
-    def logging_run(command, env, log, echo):
+    def logging_run(command, env, log, echo, stopper=None):
         log.write_text(text + f"{lanes['tmp']}/w/tests.xml\n5 passed in 0.5s\n")
         (lanes["tmp"] / "w" / "tests.xml").write_text(f'<testsuite file="{text}"/>')
         return 0
@@ -978,7 +980,7 @@ def test_the_benchmark_is_told_folders_inside_the_checkout_relative_to_it(lanes,
     """Its result file records the command it was given: no folder of this machine there."""
     calls = []
     monkeypatch.setattr(report, "run_logged",
-                        lambda command, env, log, echo: calls.append(command) or 0)
+                        lambda command, env, log, echo, stopper=None: calls.append(command) or 0)
     args = [a for a in lanes["args"] if a != "--no-bench"]
     work = report.ROOT / "_build" / "gpu-report-test-paths"
     try:
@@ -993,7 +995,7 @@ def test_the_benchmark_is_told_folders_inside_the_checkout_relative_to_it(lanes,
 
 
 def test_tests_that_cannot_be_started_leave_a_summary_that_says_so(lanes, monkeypatch):
-    def broken_run_logged(command, env, log, echo):
+    def broken_run_logged(command, env, log, echo, stopper=None):
         raise OSError("no pytest here")
 
     monkeypatch.setattr(report, "run_logged", broken_run_logged)
@@ -1014,7 +1016,7 @@ def test_the_result_files_command_names_no_work_folder_outside_the_checkout(lane
     work = lanes["tmp"] / "w"
     result: list[Path] = []
 
-    def bench(command, env, log, echo):
+    def bench(command, env, log, echo, stopper=None):
         out = Path(command[command.index("--out") + 1])
         out.mkdir(parents=True, exist_ok=True)
         doc = {"schema_version": 1, "command": shlex.join(["python", "-m", *command[2:]]),
@@ -1034,3 +1036,241 @@ def test_the_result_files_command_names_no_work_folder_outside_the_checkout(lane
     assert "--parts WORK/bench-parts" in doc["command"], doc["command"]
     assert doc["figures"] == [{"value": 1.5}]
     assert "--parts" in doc["command"] and str(work) not in doc["command"]
+
+
+# A run that must stop: the budget, a signal (issue 27, the second H200 run) ------------------
+
+#: A stand-in for pytest under xdist: a leader that prints as it goes and, on SIGINT, its short
+#: summary; a worker in its process group that ignores SIGINT (only the group's SIGTERM ends
+#: it). Both write their pid into the folder given as argv[1].
+FAKE_PYTEST = r"""
+import os, signal, subprocess, sys, time
+folder = sys.argv[1]
+worker = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(120)"])
+open(os.path.join(folder, "worker.pid"), "w").write(str(worker.pid))
+def summary(signum, frame):
+    print("FAILED tests/library/test_x.py::test_y - AssertionError: boom")
+    print("1 failed, 1 passed in 1.0s (interrupted)", flush=True)
+    sys.exit(2)
+signal.signal(signal.SIGINT, summary)
+print(".F", flush=True)
+time.sleep(120)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_the_log_is_on_disk_as_the_command_runs_and_a_stop_ends_its_process_group(tmp_path):
+    """What killed the first tests.log (0 bytes after the outer timeout): written only when
+    Python's buffer filled. Each line is on disk as it comes; a stop asks the leader first
+    (SIGINT: pytest's summary), then ends its whole group (xdist's workers)."""
+    import threading
+    import time
+
+    stopper = report.Stopper()
+    stopper.GRACE = 1.0
+    log = tmp_path / "tests.log"
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(report.run_logged(
+        [sys.executable, "-c", FAKE_PYTEST, str(tmp_path)], dict(os.environ), log, echo=False,
+        stopper=stopper)))
+    thread.start()
+    deadline = time.monotonic() + 60
+    while ".F" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ".F" in log.read_text() and thread.is_alive(), "the line is there while it runs"
+    stopper.stop("a test")
+    thread.join(30)
+    assert not thread.is_alive() and result == [2]
+    assert "FAILED tests/library/test_x.py::test_y" in log.read_text(), "the leader's summary"
+    worker = int((tmp_path / "worker.pid").read_text())
+    deadline = time.monotonic() + 10
+    while not _gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _gone(worker), "the worker that ignores SIGINT went with its group"
+
+
+def _fake_tests(monkeypatch, tmp_path):
+    monkeypatch.setattr(report, "tests_command", lambda work, workers: [
+        sys.executable, "-c", FAKE_PYTEST, str(tmp_path)])
+    monkeypatch.setattr(report.Stopper, "GRACE", 1.0)
+
+
+def test_the_budget_bounds_the_tests_too_and_the_archive_is_still_written(lanes, monkeypatch):
+    """The second H200 run: the tests started after the timed chapters and ran on until an
+    outer timeout killed the report, leaving no archive. Past --budget the tests are stopped,
+    their log keeps pytest's summary, the summary says so, and the archive is written."""
+    import time
+
+    _fake_tests(monkeypatch, lanes["tmp"])
+    archive = lanes["tmp"] / "out" / "run.tar.xz"
+    tic = time.monotonic()
+    assert report.main([*lanes["args"], "--workers", "2", "--tests", "--budget", "3",
+                        "--archive", str(archive)]) == 1
+    assert time.monotonic() - tic < 30, "stopped near the budget, not after the tests' 120 s"
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    assert summary["tests"]["cut_short"] == summary["stopped"] == (
+        "the --budget of 3 s was spent")
+    assert all(c["ok"] for c in summary["chapters"].values()) and summary["not_run"] == []
+    assert "FAILED tests/library/test_x.py::test_y" in (lanes["tmp"] / "w" / "tests.log"
+                                                        ).read_text()
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert {"_build/gpu-report/tests.log", "_build/gpu-report/report.json"} <= set(names)
+    assert _gone(int((lanes["tmp"] / "worker.pid").read_text()))
+
+
+def test_a_signal_stops_the_run_which_still_says_what_it_did_and_packs_it(lanes, monkeypatch):
+    """SIGINT (an outer `timeout -s INT`) while a timed chapter runs: no chapter and no tests
+    start after it, the summary names what did not run, the archive is written, and the
+    report's own handlers are put back."""
+    import signal
+    import time
+
+    _fake_tests(monkeypatch, lanes["tmp"])
+    ran = []
+
+    def interrupted_execute(path: Path, timeout: int):
+        ran.append(path.stem)
+        if path.stem == "03_matmul":
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.5)
+        return True, ""
+
+    monkeypatch.setattr(report, "execute", interrupted_execute)
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    archive = lanes["tmp"] / "run.tar.xz"
+    assert report.main([*lanes["args"], "--workers", "2", "--tests",
+                        "--archive", str(archive)]) == 1
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    assert ran == ["03_matmul"]
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    assert summary["stopped"] == "SIGINT received"
+    assert summary["tests"]["not_run"] == "SIGINT received"
+    assert sorted(summary["not_run"]) == ["01_devices", "05_mnist", "07_data_parallel",
+                                          "08_device_pitfalls"]
+    with tarfile.open(archive) as tar:
+        assert "_build/gpu-report/report.json" in tar.getnames()
+
+
+def test_the_summary_names_no_folder_of_the_machine_even_in_a_coloured_traceback(lanes,
+                                                                                 monkeypatch):
+    """The second H200 run's report.json named the checkout in three chapters' errors: a
+    traceback's file comes right after a colour code, which JSON writes as \\u001b[32m."""
+    home = str(Path.home())
+    error = (f"\x1b[36mFile \x1b[39m\x1b[32m{report.ROOT}/helpers/checks.py:87\x1b[39m, in "
+             f"expect\n\x1b[32m{home}/.cache/x.py:1\x1b[39m\nClaimNotMet: not here\n")
+    monkeypatch.setattr(report, "execute", lambda path, timeout: (False, error))
+    assert report.main([*lanes["args"], "--chapters", "03_matmul"]) == 1
+    text = (lanes["tmp"] / "w" / "report.json").read_text()
+    assert str(report.ROOT) not in text and home not in text
+    summary = json.loads(text)
+    assert "\x1b[32mBOOK/helpers/checks.py:87" in summary["chapters"]["03_matmul"]["error"]
+    assert "\x1b[32m~/.cache/x.py:1" in summary["chapters"]["03_matmul"]["error"]
+
+
+def test_the_tests_name_their_failures_and_slowest_and_leave_out_pytest_benchmark(tmp_path):
+    command = report.tests_command(tmp_path, 8)
+    assert "-rfEs" in command and "--durations=15" in command
+    assert command[command.index("-n") + 1] == "8"
+    assert command[command.index("no:benchmark") - 1] == "-p"
+    # -p no:benchmark where pytest-benchmark is not installed: pytest goes on
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:benchmark", "-p",
+                           "no:cacheprovider", "--co", "-q", str(Path(__file__))],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_a_kernel_runs_on_ipc_sockets_and_prints_no_warning(capfd, tmp_path):
+    """ipykernel 7 warned on the report's console, for every chapter, that its kernel ran over
+    TCP without encryption: the kernels run on Unix sockets in a private folder instead."""
+    path = tmp_path / "sub" / "one.ipynb"
+    path.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# One"),
+        nbformat.v4.new_code_cell("import os\nprint(os.getcwd())")]), path)
+    capfd.readouterr()
+    ok, error = report.execute(path, timeout=120)
+    assert ok, error
+    err = capfd.readouterr().err
+    assert "without encryption" not in err, err
+    nb = nbformat.read(path, as_version=4)
+    assert nb.cells[1].outputs[0]["text"].strip() == str(path.parent), "run in its own folder"
+    assert not list(path.parent.glob("*ipc*")), "no socket left beside the chapter"
+
+
+def test_a_stop_kills_a_running_chapters_kernel_and_the_chapter_says_so(monkeypatch, tmp_path):
+    import threading
+    import time
+
+    path = tmp_path / "slow.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Slow"),
+        nbformat.v4.new_code_cell("print('started', flush=True)\nimport time\ntime.sleep(300)")]),
+        path)
+    stopper = report.Stopper()
+    monkeypatch.setattr(report, "_stopper", stopper)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(report.execute(path, 600)))
+    tic = time.monotonic()
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not stopper._kernels or not any(
+            getattr(getattr(km, "provisioner", None), "pid", None) for km in stopper._kernels):
+        assert time.monotonic() < deadline, "the kernel never started"
+        time.sleep(0.1)
+    time.sleep(2)  # into the cell
+    stopper.stop("a test")
+    thread.join(120)
+    assert not thread.is_alive() and time.monotonic() - tic < 120
+    ((ok, error),) = result
+    assert not ok and error.startswith("cut short (a test): "), error
+
+
+def test_a_signal_during_a_real_chapter_stops_its_kernel_and_the_run(lanes, monkeypatch):
+    """A chapter's kernel, really run, sends the report SIGINT and sleeps: nbclient must not
+    take the signal over (in the main thread it does, and leaves Python's default handlers
+    behind), the kernel is killed, no later part starts, and the archive is written."""
+    import time
+
+    _fake_tests(monkeypatch, lanes["tmp"])
+    monkeypatch.setattr(report, "execute", REAL_EXECUTE)
+    chapter = report.CHAPTERS / "03_matmul.ipynb"
+    nb = nbformat.read(chapter, as_version=4)
+    nb.cells[1].source = "import os, signal, time\nos.kill(os.getppid(), signal.SIGINT)\ntime.sleep(300)"
+    nbformat.write(nb, chapter)
+    archive = lanes["tmp"] / "run.tar.xz"
+    tic = time.monotonic()
+    assert report.main([*lanes["args"], "--tests", "--archive", str(archive)]) == 1
+    assert time.monotonic() - tic < 120
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    assert summary["stopped"] == "SIGINT received"
+    matmul = summary["chapters"]["03_matmul"]
+    assert not matmul["ok"] and matmul["cut_short"] == "SIGINT received", matmul
+    assert "05_mnist" in summary["not_run"] and summary["tests"]["not_run"]
+    assert archive.exists()
+
+
+def test_the_reports_signal_handlers_outlive_a_real_chapter(lanes, monkeypatch):
+    """nbclient, run in the main thread, takes SIGINT and SIGTERM over for each chapter and
+    then puts Python's defaults back: SIGTERM would then end the report with no archive."""
+    import signal
+
+    seen = {}
+
+    def execute(path: Path, timeout: int):
+        seen[path.stem] = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+        return REAL_EXECUTE(path, timeout) if path.stem == "03_matmul" else (True, "")
+
+    monkeypatch.setattr(report, "execute", execute)
+    before = signal.getsignal(signal.SIGINT)
+    assert report.main([*lanes["args"], "--chapters", "03_matmul,05_mnist"]) == 0
+    assert seen["03_matmul"][0] is not before, "the report's own handler"
+    assert seen["05_mnist"] == seen["03_matmul"], "still the report's after a real chapter"
