@@ -32,6 +32,8 @@ In lanes: the benchmark, then every chapter whose outputs or claims are timings
 (:data:`RUN_ALONE`), each alone on the machine; then the chapters that measure no time,
 ``--workers`` at a time, beside the unit tests (``--tests``, their own part, on
 ``--test-workers``). Each page's stamp says whether it ran alone or beside others.
+``--budget`` bounds the whole run: past it (or on SIGINT or SIGTERM) what runs is stopped,
+the rest does not start, and the summary and the archive are still written.
 ``--archive FILE`` packs everything the run wrote into one file (at most 16 MiB), for a
 machine one cannot keep; on the machine one keeps, in the book's folder:
 
@@ -41,6 +43,7 @@ machine one cannot keep; on the machine one keeps, in the book's folder:
 from __future__ import annotations
 
 import argparse
+import atexit
 import copy
 import hashlib
 import importlib
@@ -553,6 +556,9 @@ def execute(path: Path, timeout: int) -> tuple[bool, str]:
     finally:
         if stopper is not None:
             stopper.remove_kernel(km)
+        # A kernel that died while starting leaves nbclient's exit hook registered, which
+        # would fail at exit (its manager is gone); the kernel was cleaned up already.
+        atexit.unregister(client._cleanup_kernel)
         if sockets:
             shutil.rmtree(sockets, ignore_errors=True)
     if error and stopper:
@@ -924,17 +930,21 @@ def tests_command(work: Path, workers: int) -> list[str]:
 
 def catch_signals(stopper: Stopper) -> dict[int, Any]:
     """SIGINT and SIGTERM stop the run (:class:`Stopper`) instead of ending the report: it
-    then writes what it has. A second one raises KeyboardInterrupt (the report still writes
-    its summary and archive on its way out). Only in the main thread (where Python runs signal
-    handlers); returns the handlers replaced."""
+    then writes what it has. Another, 5 s or more later, raises KeyboardInterrupt (the report
+    still writes its summary and archive on its way out). Only in the main thread (where
+    Python runs signal handlers); returns the handlers replaced."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    count = [0]
+    first: list[float] = []
 
     def on_signal(signum: int, frame: Any) -> None:
-        count[0] += 1
-        if count[0] > 1:
-            raise KeyboardInterrupt
+        if first:
+            # One stop sent twice (`timeout` signals its child, then their process group)
+            # counts once; a later one means: stop waiting.
+            if time.monotonic() - first[0] > 5:
+                raise KeyboardInterrupt
+            return
+        first.append(time.monotonic())
         # stop() prints and takes a lock: in a thread, never inside this handler.
         threading.Thread(target=stopper.stop, daemon=True,
                          args=(f"{signal.Signals(signum).name} received",)).start()
@@ -1343,8 +1353,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the chapters already recorded on this machine for their "
                              "current code, and keep their pages")
     parser.add_argument("--budget", type=float, metavar="SECONDS",
-                        help="start no chapter after this many seconds: each part of a short "
-                             "time on a GPU leaves what it recorded, and --resume completes it")
+                        help="stop the run after this many seconds, the tests too (as SIGINT "
+                             "and SIGTERM do): what was recorded is kept, the summary says "
+                             "what was cut short or not run, --archive is still written, and "
+                             "--resume completes the chapters")
     cores = os.cpu_count() or 1
     parser.add_argument("--workers", type=int, default=max(1, min(4, cores // 4)),
                         help="chapters that measure no time run this many at a time (default: "

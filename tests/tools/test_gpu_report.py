@@ -160,7 +160,8 @@ def test_the_report_writes_a_result_file_and_stamped_pages(recorded):
 @pytest.mark.slow
 def test_a_page_shows_the_recorded_run_only_while_its_code_matches(recorded, tmp_path):
     pages = tmp_path / "pages"
-    shutil.copytree(recorded["pages"], pages)
+    # Only this run's pages: a GPU page committed for the same code would be chosen first.
+    shutil.copytree(recorded["pages"] / recorded["slug"], pages / recorded["slug"])
     executed = tmp_path / "cpu-executed"
     executed.mkdir()
     cpu = nbformat.read(recorded["work"] / "chapters" / CHAPTER.name, as_version=4)
