@@ -226,7 +226,9 @@ class Timing:
                 f"IQR {_fmt(self.iqr)} ({self.relative_iqr:.0%} of the median) "
                 f"over {self.runs} measurements")
         if self.noisy:
-            text += "; noisy, so treat it as rough (the machine was busy)"
+            # no cause guessed: a busy machine is one, but chapter 11's launch-bound step
+            # was as noisy on an H200 that ran nothing else
+            text += "; noisy, so treat it as rough"
         if self.oversubscribed:
             text += f"; the CPU was oversubscribed ({self.cpu}), so it may be slow"
         return text

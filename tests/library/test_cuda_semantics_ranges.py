@@ -60,3 +60,14 @@ def test_anything_but_a_comparison_is_refused() -> None:
             ranges_verdict(bad)
         with pytest.raises(TypeError, match="helpers.timing.Comparison"):
             describe_ranges(bad, "a", "b")
+
+
+def test_a_noisy_timing_names_no_cause_it_cannot_know() -> None:
+    # The H200 ran chapter 11 alone, yet its eager step printed "(the machine was busy)".
+    from helpers.timing import Timing
+
+    eager = Timing("eager step", "cuda:0", 1.768e-3, 0.2749e-3, 1.768e-3, (1.768e-3,) * 5)
+    assert eager.noisy
+    said = str(eager)
+    assert said.endswith("over 5 measurements; noisy, so treat it as rough"), said
+    assert "busy" not in said
