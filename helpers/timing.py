@@ -356,10 +356,19 @@ class Comparison:
         elif self.within_spread:
             why = "the gap is within the spreads"
         elif self.verdict == "faster":
-            return f"{what}: {self.speedup:.2f}x as fast as {than}"
+            return f"{what}: {self.factor}x as fast as {than}"
         else:
-            return f"{what}: {self.speedup:.2f}x the speed of {than}, slower"
+            return f"{what}: {self.factor}x the speed of {than}, slower"
         return f"{what}: {NO_DIFFERENCE} from {than} ({why})"
+
+    @property
+    def factor(self) -> str:
+        """:attr:`speedup` to 2 decimals, or as many more as it takes not to read 1.00 (a
+        measured 0.9993x prints "0.999", never "1.00" beside "slower")."""
+        digits = 2
+        while f"{self.speedup:.{digits}f}" == f"{1:.{digits}f}" and digits < 9:
+            digits += 1
+        return f"{self.speedup:.{digits}f}"
 
 
 def _median_iqr_runs(name: str, timing: object) -> tuple[float, float, int | None]:

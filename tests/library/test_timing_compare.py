@@ -118,3 +118,16 @@ def test_one_definition_importable_from_recipes_too() -> None:
     # Chapter 10 imports the rule from helpers.recipes, where chapter 12 first used it.
     assert recipes.compare is timing.compare and recipes.Comparison is timing.Comparison
     assert recipes.NO_DIFFERENCE == timing.NO_DIFFERENCE
+
+
+def test_a_factor_never_reads_one_beside_a_verdict() -> None:
+    # The H200's residual CNN (torch 2.11): plain 15.228 ms (IQR 7.9 us) and cudnn_benchmark
+    # 0.9993x printed "1.00x the speed of the plain step on cuda:0, slower".
+    slower = compare((15.228, 0.0079), (15.2387, 0.0020))
+    assert slower.verdict == "slower" and slower.speedup == pytest.approx(0.9993, abs=1e-4)
+    assert slower.describe("cudnn_benchmark") == \
+        "cudnn_benchmark: 0.999x the speed of the plain step, slower"
+    faster = compare((15.2072, 0.0030), (15.1957, 0.0003))  # its benchmark's figures
+    assert faster.describe("cudnn_benchmark").startswith("cudnn_benchmark: 1.001x as fast")
+    assert compare((1.00004, 0.0), (1.0, 0.0)).factor == "1.00004"
+    assert compare((2.520, 0.053), (2.305, 0.080)).factor == "1.09"  # 2 decimals otherwise
