@@ -576,8 +576,9 @@ def device_busy(fn: Callable[[], object], device: torch.device | str, *,
     index = device.index if device.index is not None else torch.cuda.current_device()
     fn()
     synchronize(device)
-    # acc_events=True: one profiling cycle either way, and torch 2.10 and 2.11 warn on every
-    # profile opened without it ("Profiler clears events at the end of each cycle").
+    # acc_events=True: one profiling cycle either way. Without it, torch 2.10 and 2.11 warn
+    # once per process, on the first profile opened ("Profiler clears events at the end of
+    # each cycle"); 2.14.1 once too, but only at a profile's second cycle; 2.9 never.
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                  acc_events=True) as prof:
         for _ in range(steps):
