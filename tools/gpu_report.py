@@ -861,25 +861,33 @@ def record(args: argparse.Namespace) -> int:
     finally:
         if timer is not None:
             timer.cancel()
-        restore_signals(previous)
         _stopper = None
-        for name in ("tests.log", "tests.xml"):
-            scrub_file(args.work / name, places)
-        clock["total"] = time.monotonic() - started
-        with lock:
-            summary["parts_seconds"] = {k: round(v, 1) for k, v in clock.items()}
-            summary["not_run"] = list(not_run)
-            if stopper:
-                summary["stopped"] = stopper.why
-        write_summary()
-        if args.archive:
-            wrote.append(args.work / "report.json")
+        # The report's signal handlers hold until the archive is packed: a stop that comes
+        # now (an outer `timeout -s INT` as the run ends) has nothing left to stop, and with
+        # Python's own handlers back it would end the report half-packed.
+        try:
+            # Scrubbed here too: a report ended during the benchmark skipped it above.
+            for name in ("bench.log", "tests.log", "tests.xml"):
+                scrub_file(args.work / name, places)
+            if "returncode" in summary.get("benchmark", {}):  # it was started
+                scrub_command(out / f"{slug}.json", places)
+            clock["total"] = time.monotonic() - started
             with lock:
-                files = list(wrote)
-            size = pack(args.archive, files, results, args.work)
-            print(f"Archive: {args.archive} ({size / 2**20:.1f} MiB): on the machine you keep, "
-                  f"`python tools/gpu_report.py unpack {args.archive.name}` in the book's folder",
-                  flush=True)
+                summary["parts_seconds"] = {k: round(v, 1) for k, v in clock.items()}
+                summary["not_run"] = list(not_run)
+                if stopper:
+                    summary["stopped"] = stopper.why
+            write_summary()
+            if args.archive:
+                wrote.append(args.work / "report.json")
+                with lock:
+                    files = list(wrote)
+                size = pack(args.archive, files, results, args.work)
+                print(f"Archive: {args.archive} ({size / 2**20:.1f} MiB): on the machine you "
+                      f"keep, `python tools/gpu_report.py unpack {args.archive.name}` in the "
+                      "book's folder", flush=True)
+        finally:
+            restore_signals(previous)
     if "tests" in clock:
         print(f"  tests: exit status {summary['tests']['returncode']} in "
               f"{clock['tests']:.0f} s; {_last_line(tests_log)}", flush=True)

@@ -1275,3 +1275,48 @@ def test_the_reports_signal_handlers_outlive_a_real_chapter(lanes, monkeypatch):
     assert report.main([*lanes["args"], "--chapters", "03_matmul,05_mnist"]) == 0
     assert seen["03_matmul"][0] is not before, "the report's own handler"
     assert seen["05_mnist"] == seen["03_matmul"], "still the report's after a real chapter"
+
+
+def test_a_stop_that_comes_while_the_archive_is_packed_leaves_the_archive(lanes, monkeypatch):
+    """An outer `timeout -s INT` may fire as the run ends, while the archive is packed: the
+    report's own handlers still hold then, so the archive is written, not left half-packed."""
+    import signal
+
+    def outer(signum, frame):
+        raise RuntimeError("the report's handlers were put back before packing")
+
+    monkeypatch.setattr(report, "execute", lambda path, timeout: (False, "boom"))
+    real_pack = report.pack
+
+    def signalled_pack(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_pack(*args, **kwargs)
+
+    monkeypatch.setattr(report, "pack", signalled_pack)
+    archive = lanes["tmp"] / "run.tar.xz"
+    previous = signal.signal(signal.SIGINT, outer)
+    try:
+        assert report.main([*lanes["args"], "--chapters", "03_matmul",
+                            "--archive", str(archive)]) == 1
+        assert signal.getsignal(signal.SIGINT) is outer, "put back after packing"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    with tarfile.open(archive) as tar:
+        assert "_build/gpu-report/report.json" in tar.getnames()
+
+
+def test_a_report_ended_during_the_benchmark_packs_its_log_scrubbed(lanes, monkeypatch):
+    """Told twice to stop during the benchmark (KeyboardInterrupt), the report still packs
+    the benchmark's log, and that log names no folder of this machine."""
+    def ended_bench(command, env, log, echo, stopper=None):
+        log.write_text(f"warning from {report.ROOT}/bench/core.py:1\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report, "run_logged", ended_bench)
+    archive = lanes["tmp"] / "run.tar.xz"
+    args = [a for a in lanes["args"] if a != "--no-bench"]
+    with pytest.raises(KeyboardInterrupt):
+        report.main([*args, "--archive", str(archive)])
+    with tarfile.open(archive) as tar:
+        log = tar.extractfile("_build/gpu-report/bench.log").read().decode()
+    assert str(report.ROOT) not in log and "BOOK/bench/core.py:1" in log, log
