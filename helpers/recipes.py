@@ -501,6 +501,7 @@ def h100_class(gpu: torch.device | str | Mapping[str, object]) -> bool:
     ``gpu`` is a CUDA device of this machine, or a GPU of a committed result file's machine
     record (its ``capability``, such as ``"9.0"``, and ``multiprocessors``). Smaller GPUs of
     capability 9.0 (the H20, 78 SMs) are left out, as are ROCm builds and every other device.
+    A record does not say whether it is a ROCm GPU: read its machine's ``accelerator`` first.
     """
     if isinstance(gpu, Mapping):
         try:

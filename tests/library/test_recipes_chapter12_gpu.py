@@ -192,6 +192,12 @@ def test_a_committed_h200_that_contradicts_the_prose_fails(monkeypatch, name, va
         _committed_check([doc], monkeypatch)
     doc["machine"]["gpus"][0]["multiprocessors"] = 40  # the same figures from a T4: no claim
     _committed_check([doc], monkeypatch)
+    # ... nor from an MI300X (ROCm reports capability 9.4 and 304 compute units)
+    doc["machine"]["gpus"][0].update(capability="9.4", multiprocessors=304)
+    with pytest.raises(AssertionError):
+        _committed_check([doc], monkeypatch)
+    doc["machine"]["accelerator"] = "rocm"
+    _committed_check([doc], monkeypatch)
 
 
 def test_residual_cnn_committed_figures_shown(monkeypatch, capsys):
