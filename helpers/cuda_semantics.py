@@ -9,7 +9,9 @@ and the sync-debug mode chapters 4, 5 and 11 use to find the calls that wait for
 - :func:`sync_debug` runs a block under ``torch.cuda.set_sync_debug_mode`` and lists the
   synchronising calls torch reported (chapter 4).
 - :func:`copy_compute_overlap` measures a pinned host-to-device copy and matrix products on one
-  stream, then with the copy on a second stream.
+  stream, then with the copy on a second stream: medians and spreads of interleaved rounds,
+  so that :meth:`Overlap.describe` quotes the share saved only where
+  :func:`helpers.timing.compare` measures a difference.
 - :func:`ranges_verdict` and :func:`describe_ranges` say which of two timings is faster where
   their ranges (median ± IQR) are apart, even when one is too noisy for a factor (the CUDA
   graph's replay against a launch-bound eager step).
@@ -30,15 +32,15 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from helpers.devices import resolve_device
-from helpers.timing import NO_DIFFERENCE, NOISY_SPREAD, Comparison, synchronize
+from helpers.timing import NO_DIFFERENCE, NOISY_SPREAD, Comparison, Timing, compare, synchronize
 
-__all__ = ["ASYNC_ERROR_SCRIPT", "AsyncErrorReport", "Overlap", "async_error_report",
-           "async_error_reports",
+__all__ = ["ASYNC_ERROR_SCRIPT", "AsyncErrorReport", "OVERLAP_ROUNDS", "Overlap",
+           "async_error_report", "async_error_reports",
            "SYNC_MESSAGE", "copy_compute_overlap", "describe_ranges", "event_ms",
            "ranges_verdict", "sync_debug"]
 
@@ -251,40 +253,122 @@ def event_ms(fn: Callable[[], object], device: torch.device | str) -> float:
     return start.elapsed_time(end)
 
 
+#: How many interleaved rounds :func:`copy_compute_overlap` times by default: enough for a
+#: median and an interquartile range that :func:`helpers.timing.compare` accepts (at least
+#: :data:`helpers.timing.MIN_RUNS_TO_COMPARE`), about a quarter of a second on an H200.
+OVERLAP_ROUNDS = 10
+
+
+def _event_timing(label: str, device: torch.device | str, times_ms: list[float]) -> Timing:
+    """A :class:`helpers.timing.Timing` (seconds) of GPU milliseconds measured one call each,
+    with torch.utils.benchmark's statistics (its quantiles: median, interquartile range)."""
+    seconds = torch.tensor(times_ms, dtype=torch.float64) / 1e3
+    q25, median, q75 = (float(seconds.quantile(q)) for q in (0.25, 0.5, 0.75))
+    return Timing(label, str(device), median, q75 - q25, float(seconds.mean()),
+                  tuple(float(t) for t in seconds))
+
+
+def _interleaved(fns: dict[str, Callable[[], object]], rounds: int,
+                 time_ms: Callable[[Callable[[], object]], float],
+                 device: torch.device | str) -> dict[str, Timing]:
+    """Time each of ``fns`` once per round, round after round, with ``time_ms`` (GPU
+    milliseconds of one call), after one untimed call each (the caching allocator's first
+    blocks of a stream, cuBLAS's heuristics): a slow stretch of the machine (clocks, another
+    process) falls on every function alike instead of on one."""
+    for fn in fns.values():
+        fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            times[name].append(time_ms(fn))
+    return {name: _event_timing(name, device, ms) for name, ms in times.items()}
+
+
 @dataclass(frozen=True)
 class Overlap:
-    """What :func:`copy_compute_overlap` measured (chapter 11): GPU ms, best of ``repeats``."""
+    """What :func:`copy_compute_overlap` measured (chapter 11): four
+    :class:`helpers.timing.Timing` (seconds: median, IQR, each round's time) of the copy
+    alone, the products alone, both on one stream (``serial``) and with the copy on a second
+    stream (``overlapped``)."""
 
     mib: int
     products: int
-    copy_ms: float
-    compute_ms: float
-    serial_ms: float
-    overlapped_ms: float
+    copy: Timing
+    compute: Timing
+    serial: Timing
+    overlapped: Timing
 
     def __post_init__(self) -> None:
-        for name in ("copy_ms", "compute_ms", "serial_ms", "overlapped_ms"):
+        for name in ("copy", "compute", "serial", "overlapped"):
             value = getattr(self, name)
-            if not (isinstance(value, numbers.Real) and math.isfinite(value) and value > 0):
-                raise ValueError(f"Overlap.{name} must be a positive number of milliseconds, "
-                                 f"got {value!r}")
+            if not isinstance(value, Timing):
+                raise TypeError(f"Overlap.{name} must be a helpers.timing.Timing, got "
+                                f"{value!r}")
+            if not (math.isfinite(value.median) and value.median > 0):
+                raise ValueError(f"Overlap.{name} must have a positive median time, got "
+                                 f"{value.median!r}")
+
+    @property
+    def copy_ms(self) -> float:
+        """The copy alone: median GPU milliseconds."""
+        return self.copy.median * 1e3
+
+    @property
+    def compute_ms(self) -> float:
+        """The products alone: median GPU milliseconds."""
+        return self.compute.median * 1e3
+
+    @property
+    def serial_ms(self) -> float:
+        """Copy, then products, on one stream: median GPU milliseconds."""
+        return self.serial.median * 1e3
+
+    @property
+    def overlapped_ms(self) -> float:
+        """The copy on a second stream: median GPU milliseconds."""
+        return self.overlapped.median * 1e3
+
+    @property
+    def timings(self) -> tuple[Timing, Timing, Timing, Timing]:
+        """The four timings, in the order measured: copy, products, serial, overlapped."""
+        return self.copy, self.compute, self.serial, self.overlapped
 
     @property
     def saved(self) -> float:
-        """Share of the serial time the second stream saved."""
-        return 1 - self.overlapped_ms / self.serial_ms
+        """Share of the serial time the second stream saved (medians). Quote it only where
+        :attr:`comparison` is measurable."""
+        return 1 - self.overlapped.median / self.serial.median
+
+    @property
+    def comparison(self) -> Comparison:
+        """:func:`helpers.timing.compare` of the serial timing (base) and the overlapped one."""
+        return compare(self.serial, self.overlapped)
+
+    def describe(self) -> str:
+        """One line: the share of the serial time the second stream saved, where
+        :attr:`comparison` finds the overlapped run faster; otherwise compare()'s own answer
+        (no measurable difference and why, or slower), with no share."""
+        comparison = self.comparison
+        if comparison.verdict == "faster":
+            return (f"the second stream saved {self.saved:.0%} of the serial time "
+                    f"(medians of {min(self.serial.runs, self.overlapped.runs)} rounds)")
+        return comparison.describe("the copy on a second stream",
+                                   "the copy, then the products, on one stream")
 
 
 def copy_compute_overlap(device: torch.device | str, *, mib: int = 256, size: int = 4096,
-                         repeats: int = 3) -> Overlap:
+                         repeats: int = OVERLAP_ROUNDS) -> Overlap:
     """Copy ``mib`` MiB from pinned host memory to ``device`` while it multiplies ``size x size``
     matrices: first on one stream, then with the copy on a second stream (chapter 11).
 
     The number of products is chosen so that they take about as long as the copy, so a full
-    overlap takes about half of the serial time. Everything runs inside
-    ``torch.cuda.device(device)``; the overlapped copy follows the two stream rules: the copy
-    stream waits for earlier work, and the main stream waits for the copy before its result is
-    used (``record_stream`` tells the allocator).
+    overlap takes about half of the serial time. Each of the four (copy, products, both on
+    one stream, the copy on a second stream) is timed with CUDA events once per round, in
+    ``repeats`` interleaved rounds, after one untimed call each; :class:`Overlap` holds
+    their medians and spreads. Everything runs inside ``torch.cuda.device(device)``; the
+    overlapped copy follows the two stream rules: the copy stream waits for earlier work, and
+    the main stream waits for the copy before its result is used (``record_stream`` tells the
+    allocator).
     """
     mib, size, repeats = (_positive_int(name, value) for name, value in
                           (("mib", mib), ("size", size), ("repeats", repeats)))
@@ -297,12 +381,14 @@ def copy_compute_overlap(device: torch.device | str, *, mib: int = 256, size: in
         def copy_only() -> None:
             host.to(device, non_blocking=True)
 
-        def best(fn: Callable[[], object]) -> float:
-            return min(event_ms(fn, device) for _ in range(repeats))
+        def product() -> None:
+            m @ m
 
-        copy_only()
-        copy_ms = best(copy_only)
-        reps = max(1, round(copy_ms / best(lambda: m @ m)))
+        def time_ms(fn: Callable[[], object]) -> float:
+            return event_ms(fn, device)
+
+        sizing = _interleaved({"copy": copy_only, "product": product}, 3, time_ms, device)
+        reps = max(1, round(sizing["copy"].median / sizing["product"].median))
 
         def compute() -> None:
             for _ in range(reps):
@@ -321,7 +407,14 @@ def copy_compute_overlap(device: torch.device | str, *, mib: int = 256, size: in
             main.wait_stream(copy_stream)  # before anyone uses on_device
             on_device.record_stream(main)
 
-        return Overlap(mib, reps, copy_ms, best(compute), best(serial), best(overlapped))
+        timed = _interleaved({"copy": copy_only, "compute": compute, "serial": serial,
+                              "overlapped": overlapped}, repeats, time_ms, device)
+        labels = {"copy": f"copy {mib} MiB (pinned)",
+                  "compute": f"{reps} products, {size} x {size}",
+                  "serial": "copy, then products, one stream",
+                  "overlapped": "copy on a second stream"}
+        return Overlap(mib, reps, **{name: replace(timing, label=labels[name])
+                                     for name, timing in timed.items()})
 
 
 def _comparison(comparison: object) -> Comparison:

@@ -17,6 +17,7 @@ from helpers.cuda_semantics import (
     copy_compute_overlap,
     event_ms,
 )
+from helpers.timing import Timing
 from tests.support import assert_clear_error
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
@@ -101,14 +102,31 @@ def test_async_error_report_on_the_cpu_is_a_correct_result() -> None:
     assert "the faulty call returned" not in report.printed
 
 
-@pytest.mark.parametrize("field", ["copy_ms", "compute_ms", "serial_ms", "overlapped_ms"])
-@pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf, "3 ms"])
+def _ms(median_ms: float, iqr_ms: float = 0.0, runs: int = 10) -> Timing:
+    return Timing("t", "cuda:0", median_ms / 1e3, iqr_ms / 1e3, median_ms / 1e3,
+                  (median_ms / 1e3,) * runs)
+
+
+FIELDS = ["copy", "compute", "serial", "overlapped"]
+TIMES = {"copy": _ms(10.0), "compute": _ms(10.0), "serial": _ms(20.0), "overlapped": _ms(11.0)}
+
+
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("value", [0.0, -1.0, math.nan, math.inf])
 def test_overlap_refuses_impossible_times(field: str, value) -> None:
-    times = {"copy_ms": 10.0, "compute_ms": 10.0, "serial_ms": 20.0, "overlapped_ms": 11.0}
-    assert_clear_error(lambda: Overlap(mib=256, products=3, **{**times, field: value}),
+    bad = Timing("t", "cuda:0", value, 0.0, value, (value,) * 10)
+    assert_clear_error(lambda: Overlap(mib=256, products=3, **{**TIMES, field: bad}),
                        ValueError, [field, repr(value)])
 
 
+@pytest.mark.parametrize("field", FIELDS)
+@pytest.mark.parametrize("value", [20.0, "3 ms", (20.0, 0.1)])
+def test_overlap_needs_timings(field: str, value) -> None:
+    assert_clear_error(lambda: Overlap(mib=256, products=3, **{**TIMES, field: value}),
+                       TypeError, [field, repr(value), "Timing"])
+
+
 def test_overlap_saved_is_a_share_of_the_serial_time() -> None:
-    overlap = Overlap(256, 3, copy_ms=10.0, compute_ms=10.0, serial_ms=20.0, overlapped_ms=11.0)
+    overlap = Overlap(256, 3, **TIMES)
     assert overlap.saved == pytest.approx(0.45)
+    assert (overlap.serial_ms, overlap.overlapped_ms) == pytest.approx((20.0, 11.0))
