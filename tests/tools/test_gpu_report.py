@@ -1322,3 +1322,25 @@ def test_a_report_ended_during_the_benchmark_packs_its_log_scrubbed(lanes, monke
     with tarfile.open(archive) as tar:
         log = tar.extractfile("_build/gpu-report/bench.log").read().decode()
     assert str(report.ROOT) not in log and "BOOK/bench/core.py:1" in log, log
+
+
+def test_one_stop_sent_twice_counts_once_and_a_later_one_ends_the_wait(monkeypatch):
+    """`timeout -s INT` signals its child, then their process group: the report, run as that
+    child, gets SIGINT twice at once, which must stop the run once; a signal 5 s later means
+    'stop waiting' (KeyboardInterrupt; the report still packs on its way out)."""
+    import signal
+    import time
+
+    stopper = report.Stopper()
+    previous = report.catch_signals(stopper)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert stopper.event.wait(30) and stopper.why == "SIGINT received"
+        later = time.monotonic() + 6
+        monkeypatch.setattr(report.time, "monotonic", lambda: later)
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler runs as soon as the signal is in
+    finally:
+        report.restore_signals(previous)
