@@ -1,13 +1,16 @@
-"""Chapter 11's CUDA graph and kernel fusion: the lines comparing two timings and their hidden
-checks, run on the CPU with the timings the H200 measured (torch 2.11.0+cu130) or predicted
-from its bandwidth, and with timings where the claim is not true.
+"""Chapter 11's CUDA graph, kernel fusion and stream overlap: the lines comparing two
+timings and their hidden checks, run on the CPU with the timings the H200 measured (torch
+2.11.0+cu130) or predicted from its bandwidth, and with timings where the claim is not true.
 
 On the H200 the check asked compare()'s verdict, which gives none where a timing's spread is
 above 10% of its median: the launch-bound eager step measured 1.768 ms with an IQR of 0.275 ms
 (16%), the replay 0.3077 ms (IQR 0.03 us), and the chapter failed with ClaimNotMet although the
 replay was 5.7 times as fast, and its line said "no measurable difference". Both now order the
 two by their ranges (helpers.cuda_semantics.ranges_verdict). The fusion line printed a ratio of
-medians; it now goes through compare(), whose verdict its check asks as well."""
+medians; it now goes through compare(), whose verdict its check asks as well. The stream
+overlap line printed "the second stream saved 46% of the serial time" from best-of-three times
+with no spread; it now quotes the share only where compare(serial, overlapped) says faster,
+and its check asks that verdict besides the tenth saved."""
 
 from __future__ import annotations
 
@@ -117,3 +120,47 @@ def test_fusion_short_of_half_its_traffic_cut_fails(eager_ms, fused_ms, iqr_shar
                                                     monkeypatch) -> None:
     with pytest.raises(ClaimNotMet, match="fusion's speed-up"):
         _fusion(eager_ms, fused_ms, monkeypatch, iqr_share)
+
+
+# -- streams: the copy on a second stream against copy, then products -------------------------
+
+def _overlap_cell(serial: tuple, overlapped: tuple, monkeypatch) -> str:
+    """The overlap cell's lines from copy_compute_overlap on (faked: its timings are the
+    H200's copy and products and the given serial and overlapped (median ms, IQR ms)) and its
+    check, on a faked CUDA device, strict; returns what the cell printed."""
+    from helpers.cuda_semantics import Overlap, _event_timing
+
+    def timing(median_ms: float, iqr_ms: float) -> Timing:
+        low, high = median_ms - iqr_ms / 2, median_ms + iqr_ms / 2
+        return _event_timing("t", "cuda:0", [low - iqr_ms] * 2 + [low] * 3 + [high] * 3
+                             + [high + iqr_ms] * 2)  # ten rounds, this median and IQR
+
+    overlap = Overlap(256, 2, copy=timing(4.854, 0.01), compute=timing(5.380, 0.01),
+                      serial=timing(*serial), overlapped=timing(*overlapped))
+    monkeypatch.setenv("BOOK_STRICT", "1")
+    marker = "overlap = copy_compute_overlap(device, mib=256)"
+    lesson, check = lesson_and_check(NOTEBOOK, marker)
+    printed: list[str] = []
+    space = {"pd": pd, "expect": expect, "device": torch.device("cuda", 0),
+             "copy_compute_overlap": lambda device, mib: overlap,
+             "print": lambda *a: printed.append(" ".join(map(str, a)))}
+    exec(lesson[lesson.index(marker):], space)  # noqa: S102 - the chapter's own cell
+    exec(check, space)  # noqa: S102
+    return "\n".join(printed)
+
+
+def test_the_h200s_overlap_prints_the_share_and_passes(monkeypatch) -> None:
+    said = _overlap_cell((10.195, 0.05), (5.482, 0.03), monkeypatch)
+    assert said == "the second stream saved 46% of the serial time (medians of 10 rounds)"
+
+
+@pytest.mark.parametrize(("serial", "overlapped"), [
+    ((10.195, 2.5), (5.482, 0.03)),  # a noisy serial run: no verdict (the old check passed)
+    ((6.0, 0.5), (5.3, 0.5)),  # within the spreads (the old check passed: 0.88)
+    ((10.195, 0.05), (9.6, 0.03)),  # measurably faster, but under a tenth saved
+    ((5.482, 0.03), (10.195, 0.05)),  # slower
+])
+def test_where_the_second_stream_saves_no_measurable_share_the_check_fails(
+        serial, overlapped, monkeypatch) -> None:
+    with pytest.raises(ClaimNotMet, match="a copy on a second stream overlaps"):
+        _overlap_cell(serial, overlapped, monkeypatch)
