@@ -407,7 +407,7 @@ def machine_places(*extra: tuple[Path | None, str]) -> list[tuple[str, str]]:
                if Path(p).resolve() not in SHARED_FOLDERS]
     paths = sysconfig.get_paths()
     places: list[tuple[Path | None, str]] = [
-        *extra, (ROOT, "BOOK"), (Path.home(), "~"), *pythons,
+        *extra, (ROOT, "BOOK"), (pytest_temp(), "PYTEST_TMP"), (Path.home(), "~"), *pythons,
         *[(Path(paths[k]), "STDLIB") for k in ("stdlib", "platstdlib")],
         *[(Path(paths[k]), "SITE") for k in ("purelib", "platlib")]]
     found: dict[str, str] = {}
@@ -418,6 +418,23 @@ def machine_places(*extra: tuple[Path | None, str]) -> list[tuple[str, str]]:
             if len(form) > 1 and form not in found:  # never "/" itself
                 found[form] = word
     return sorted(found.items(), key=lambda item: -len(item[0]))
+
+
+def pytest_temp() -> Path:
+    """The folder under which pytest makes each test's ``tmp_path`` (its default basetemp's
+    parent, ``<temp folder>/pytest-of-<user>``): a failing test's message names it."""
+    import getpass
+    import tempfile
+
+    try:
+        user = getpass.getuser()
+    except (ImportError, KeyError, OSError):  # pytest's own fallback, where no user is named
+        user = "unknown"
+    return Path(tempfile.gettempdir()) / f"pytest-of-{user}"
+
+
+#: The machine's name in a JUnit report (``<testsuite hostname="...">``): nobody's business.
+_HOSTNAME = re.compile(r'(<testsuite\b[^>]*?\shostname=")[^"]*(")')
 
 
 #: Folders many programs share: a Python installed there is named by its library folders.
@@ -454,10 +471,13 @@ def scrub_notebook(nb, places: list[tuple[str, str]]) -> None:
 
 
 def scrub_file(path: Path, places: list[tuple[str, str]]) -> None:
-    """A written log, test report or summary, without this machine's folders."""
+    """A written log, test report or summary, without this machine's folders (nor, in a
+    JUnit report, its name)."""
     if path.is_file():
         text = path.read_text(errors="replace")
         clean = without_places(text, places)
+        if path.suffix == ".xml":
+            clean = _HOSTNAME.sub(r"\1GPU-SERVER\2", clean)
         if clean != text:
             path.write_text(clean)
 

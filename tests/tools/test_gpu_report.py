@@ -1345,3 +1345,23 @@ def test_one_stop_sent_twice_counts_once_and_a_later_one_ends_the_wait(monkeypat
             time.sleep(5)  # the handler runs as soon as the signal is in
     finally:
         report.restore_signals(previous)
+
+
+def test_a_test_report_names_neither_pytests_temp_folder_nor_the_machine(tmp_path):
+    """A failing test's message names its ``tmp_path`` (under ``<temp>/pytest-of-<user>``),
+    and a JUnit report carries the machine's name: both are replaced in what the report
+    writes, the rest of the report kept."""
+    temp = report.pytest_temp()
+    assert tmp_path.is_relative_to(temp), (tmp_path, temp)  # the folder pytest really uses
+    log, xml = tmp_path / "tests.log", tmp_path / "tests.xml"
+    log.write_text(f"E   FileNotFoundError: {tmp_path}/data.bin\n")
+    xml.write_text('<testsuites><testsuite name="pytest" errors="0" hostname="gpu-17.lab.example"'
+                   ' time="1.0"><testcase name="t" time="0.1"/></testsuite></testsuites>')
+    places = report.machine_places()
+    for path in (log, xml):
+        report.scrub_file(path, places)
+    relative = tmp_path.relative_to(temp).as_posix()
+    assert log.read_text() == f"E   FileNotFoundError: PYTEST_TMP/{relative}/data.bin\n"
+    assert xml.read_text() == ('<testsuites><testsuite name="pytest" errors="0" '
+                               'hostname="GPU-SERVER" time="1.0"><testcase name="t" '
+                               'time="0.1"/></testsuite></testsuites>')
