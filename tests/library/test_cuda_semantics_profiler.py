@@ -56,6 +56,19 @@ def test_the_check_holds_on_the_installed_torch(monkeypatch) -> None:
         assert space["acc_warnings"] == space["ACC_WARNINGS"][release]
 
 
+def test_the_check_holds_when_the_cell_runs_again() -> None:
+    """A reader reruns the cell (or the chapter) in one kernel: torch's once-per-process
+    record (``_WARNINGS_SHOWN``, 2.10 and later) already holds the message, yet the check
+    passes on its second run (it failed there on 2.14.1: (0, 0, 0))."""
+    release = tuple(int(p) for p in torch.__version__.split(".")[:2])
+    for _ in range(2):
+        space = {"torch": torch, "profile": profile, "schedule": schedule,
+                 "ProfilerActivity": ProfilerActivity}
+        exec(_check_cell(), space)  # noqa: S102 - the chapter's own cell
+        if release in space["ACC_WARNINGS"]:
+            assert space["acc_warnings"] == space["ACC_WARNINGS"][release]
+
+
 class _Plan(SimpleNamespace):
     pass
 
