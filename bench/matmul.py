@@ -35,7 +35,7 @@ always on the CPU):
 - ``<mode>_burst_tflops``: a short burst after an idle pause, at the best shape of a small
   search (:data:`helpers.matmul.BURST_SHAPES` on a GPU), clocks at boost, as the MAMF finder
   measures it; ``<mode>_sustained_tflops``: back-to-back products at that shape for
-  :data:`SUSTAINED_SECONDS`, where power and heat set the clock; with
+  :data:`SUSTAINED_SECONDS`, where power (and over longer runs heat) sets the clock; with
   ``<mode>_burst_share_of_peak`` and ``<mode>_sustained_share_of_peak`` where the peak is known;
 - on the CPU, always, the same two in fp32 on small shapes: ``cpu_fp32_burst_gflops`` and
   ``cpu_fp32_sustained_gflops``.
@@ -67,13 +67,26 @@ from helpers.timing import Timing, share_of_peak, synchronize
 #: The tutorials' product (m, k) @ (k, n), which chapter 3 times.
 TUTORIAL_SHAPE = (10_000, 200, 10_000)
 
-#: Seconds of back-to-back products behind a sustained figure (full run; quick: 0.2 s).
-SUSTAINED_SECONDS = 3.0
-#: The CPU's burst shapes (m, n, k) and sustained seconds, full run and quick run.
+#: Seconds of back-to-back products behind a sustained figure (full run; quick: 0.2 s): as
+#: chapter 3's own run, long enough that the power the telemetry reads (the driver averages
+#: it over about a second) is that of the load alone, read at three quarters of the way.
+SUSTAINED_SECONDS = 2.0
+#: The CPU's burst shapes (m, n, k) and sustained seconds (as chapter 3's CPU run: there a
+#: burst and a sustained run differ by noise, not by clock), full run and quick run.
 CPU_BURST_SHAPES = ((512, 512, 512), (768, 768, 768), (1024, 1024, 1024))
-CPU_SUSTAINED_SECONDS = 2.0
+CPU_SUSTAINED_SECONDS = 0.5
 QUICK_SHAPES = ((128, 128, 128), (192, 192, 192), (256, 256, 256))
 QUICK_SECONDS = 0.2
+#: ``min_run_time`` of each accelerator timing (tutorial product, size sweep) in a full run.
+#: :func:`helpers.timing.benchmark` times blocks of calls, each block ten times the last
+#: until it passes this many seconds (or its clock's own cost, a synchronisation, is under
+#: 0.01% of it), and at least five blocks: so five blocks of 10 ms to 100 ms of products,
+#: the clock's cost under 0.1% of each. A longer window (it was 0.5 s) grew the blocks to
+#: 0.05-0.5 s and the five of them to seconds a timing; the H200's spreads were 0.01-7%.
+GPU_MIN_RUN_TIME = 0.01
+#: ``min_run_time`` of each CPU timing in a full run, at least five products (8 of the
+#: tutorial's, 5 single-threaded and 22 all-threaded square ones on the H200's host).
+CPU_MIN_RUN_TIME = 0.25
 
 
 @dataclass(frozen=True)
@@ -131,7 +144,7 @@ def _relative_spread(timing: Timing, value: float) -> float:
 def _cpu_figures(quick: bool) -> list[Figure]:
     m, k, n = (1000, 200, 1000) if quick else TUTORIAL_SHAPE
     size = 256 if quick else 2048
-    budget = 0.05 if quick else 0.5
+    budget = 0.05 if quick else CPU_MIN_RUN_TIME
     tag = "quick run: " if quick else ""
     timing, tf = time_matmul(m, k, n, "cpu", warmup=1, min_run_time=budget)
     threads = torch.get_num_threads()
@@ -159,7 +172,7 @@ def _cpu_figures(quick: bool) -> list[Figure]:
 def _gpu_figures(device: torch.device, quick: bool, cpu_tutorial_seconds: float) -> list[Figure]:
     m, k, n = (1000, 200, 1000) if quick else TUTORIAL_SHAPE
     tag = "quick run: " if quick else ""
-    budget = 0.1 if quick else 0.5
+    budget = GPU_MIN_RUN_TIME  # quick too: five blocks of 10-100 ms of its small products
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else str(device)
     out = []
 

@@ -51,10 +51,17 @@ from helpers.regression import (
 )
 from helpers.timing import benchmark
 
-__all__ = ["QUICK_MIN_RUN_TIME", "run"]
+__all__ = ["MIN_RUN_TIME", "QUICK_MIN_RUN_TIME", "run"]
 
-#: Seconds each timing of what bounds a step runs in a quick run (a smoke test).
-QUICK_MIN_RUN_TIME = 0.1
+#: ``min_run_time`` of each timing of what bounds a step (full run). ``helpers.timing.benchmark``
+#: times blocks of calls, each ten times the last until it passes this many seconds (or its
+#: clock's own cost, a synchronisation, is under 0.01% of it), and at least five blocks: so
+#: five blocks of 10-100 ms each (1,000 to 10,000 tiny launches, 100 steps at n=1,000, one
+#: step at the large size), the clock's cost under 0.1% of a block. The former 1 s and 0.5 s
+#: made blocks of up to 0.5 s and cost 6-18 s on an H200 for the same spreads.
+MIN_RUN_TIME = 0.01
+#: The same in a quick run (a smoke test; on a CPU the blocks are shorter).
+QUICK_MIN_RUN_TIME = 0.01
 
 
 def _fit_figures(prefix: str, result: RegressionRun, device: str, tag: str) -> list[Figure]:
@@ -113,10 +120,10 @@ def run(device: torch.device, *, quick: bool = False) -> list[Figure]:
 
 def _bound_figures(device: torch.device, n: int, tag: str, *,
                    quick: bool = False) -> list[Figure]:
-    """What bounds a step on ``device``: launches or bytes (chapter 4). ``quick`` times each
-    for :data:`QUICK_MIN_RUN_TIME` seconds instead of the full run's 1 s (0.5 s a step)."""
+    """What bounds a step on ``device``: launches or bytes (chapter 4), each timing with
+    ``min_run_time`` :data:`MIN_RUN_TIME` (:data:`QUICK_MIN_RUN_TIME` when ``quick``)."""
     dev = str(device)
-    timed = {"min_run_time": QUICK_MIN_RUN_TIME} if quick else {}
+    timed = {"min_run_time": QUICK_MIN_RUN_TIME if quick else MIN_RUN_TIME}
     traffic = step_traffic(*timing_data(n, device))  # at n, as chapter 4: a step's fixed
     # bytes (parameters, Adam's state) spread over 1,000 rows would inflate the bytes a row
     src = torch.rand(2**25, device=device)  # 128 MiB: beyond any GPU's L2 cache
