@@ -25,11 +25,21 @@ import torch
 from torch import nn
 
 from bench.core import Figure, workload
-from helpers.cuda_semantics import async_error_report, copy_compute_overlap
+from helpers.cuda_semantics import async_error_reports, copy_compute_overlap
 from helpers.models import MnistCNN
 from helpers.timing import benchmark, synchronize
 
-__all__ = ["run"]
+__all__ = ["EAGER_MIN_RUN_TIME", "REPLAY_MIN_RUN_TIME", "run"]
+
+# ``helpers.timing.benchmark`` times blocks of calls, each ten times the last until it passes
+# ``min_run_time`` (or its clock's own cost, a synchronisation, is under 0.01% of it), and at
+# least five blocks. Full runs (quick: 0.3 s each):
+#: the eager step (1.6 ms on an H200, launch-bound, its spread the host's jitter): five or
+#: more blocks of 100 steps, as the former 2 s window made them, in about a second;
+EAGER_MIN_RUN_TIME = 0.3
+#: the graph's replay (0.31 ms, spread 0.01%): five blocks of 100 replays (the former 2 s
+#: made blocks of 1,000, about 2.5 s of replays).
+REPLAY_MIN_RUN_TIME = 0.01
 
 
 @workload("cuda_semantics", chapter=11)
@@ -65,11 +75,18 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
     # the one being measured (cuda:1 on a two-GPU machine, when asked).
     with torch.cuda.device(device):
         figs += _cuda_figures(device, quick=quick, note=note)
-    for blocking, name in ((False, "async_error_lines_late"), (True, "launch_blocking_error_lines_late")):
-        report = async_error_report(device, launch_blocking=blocking)
-        figs.append(Figure(name, float(report.lines_late), "lines", dev,
-                           note=f"{note} device-side assert; reported: {report.error[:80]}".strip()))
-    return figs
+    return figs + _async_error_figures(device, note)
+
+
+def _async_error_figures(device: torch.device, note: str) -> list[Figure]:
+    """Where a device-side assert is reported, without and with ``CUDA_LAUNCH_BLOCKING=1``:
+    the two fresh processes side by side (:func:`async_error_reports`), as chapter 11 runs
+    them, so the pair costs one process's start-up, not two."""
+    late, blocking = async_error_reports(device)
+    return [Figure(name, float(report.lines_late), "lines", str(device),
+                   note=f"{note} device-side assert; reported: {report.error[:80]}".strip())
+            for report, name in ((late, "async_error_lines_late"),
+                                 (blocking, "launch_blocking_error_lines_late"))]
 
 
 def _cuda_figures(device: torch.device, *, quick: bool, note: str) -> list[Figure]:
@@ -100,14 +117,14 @@ def _cuda_figures(device: torch.device, *, quick: bool, note: str) -> list[Figur
         for _ in range(3):
             step()
     torch.cuda.current_stream(device).wait_stream(s)
-    run_time = 0.3 if quick else 2.0
-    eager = benchmark(step, device=device, min_run_time=run_time)
+    eager = benchmark(step, device=device, min_run_time=0.3 if quick else EAGER_MIN_RUN_TIME)
     graph = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)
     with torch.cuda.graph(graph):
         loss_fn(model(x), y).backward()
         opt.step()
-    replay = benchmark(graph.replay, device=device, min_run_time=run_time)
+    replay = benchmark(graph.replay, device=device,
+                       min_run_time=0.3 if quick else REPLAY_MIN_RUN_TIME)
     step_note = f"{note} MnistCNN training step, SGD, batch 64".strip()
     figs.append(Figure("eager_step_ms", eager.median * 1e3, "ms", dev, eager.iqr * 1e3, step_note))
     figs.append(Figure("graph_replay_ms", replay.median * 1e3, "ms", dev, replay.iqr * 1e3, step_note))

@@ -10,16 +10,17 @@ values).
 
 Figures, for each recipe that applies to the device (see :func:`recipes_for`):
 
-- ``<recipe>_step_ms``: median milliseconds per training step (spread: interquartile range);
-  a quick run times the chapter 5 CNN at :data:`QUICK_BATCH_SIZE` and each recipe for
+- ``<recipe>_step_ms``: median milliseconds per training step (spread: interquartile range),
+  each recipe timed for :data:`MIN_RUN_TIME` seconds, one after the other; a quick run
+  times the chapter 5 CNN at :data:`QUICK_BATCH_SIZE` and each recipe for
   :data:`QUICK_MIN_RUN_TIME` seconds, after one warm-up step instead of three;
 - ``<recipe>_speedup``: plain step time divided by the recipe's (``x``; above 1 is faster);
 - ``compile_seconds``: where ``compile`` runs, the first compiled step (tracing and code
   generation, with empty compiler caches as on a fresh machine: :func:`cold_compile_cache`),
   reported apart from the steady-state step time;
 - the same three, prefixed ``resnet_``, for the residual CNN (:func:`resnet_size`: width 64
-  at batch 1024 on a CUDA GPU, 1 s per recipe; width 16 at batch 16 elsewhere), without the
-  two input-pipeline recipes;
+  at batch 1024 on a CUDA GPU, timed for :data:`RESNET_MIN_RUN_TIME`; width 16 at batch 16
+  elsewhere), without the two input-pipeline recipes;
 - on CUDA, ``plain_gpu_busy_ms`` and ``resnet_plain_gpu_busy_ms``: how long the GPU's kernels
   and copies ran per plain step (:func:`device_busy`); divided by ``plain_step_ms``, the share
   of the step the GPU was busy.
@@ -54,7 +55,23 @@ from helpers.recipes import (
 )
 from helpers.timing import benchmark, synchronize
 
-__all__ = ["QUICK_BATCH_SIZE", "QUICK_MIN_RUN_TIME", "run"]
+__all__ = ["MIN_RUN_TIME", "QUICK_BATCH_SIZE", "QUICK_MIN_RUN_TIME", "RESNET_MIN_RUN_TIME",
+           "run"]
+
+# helpers.timing.benchmark times blocks of steps, each ten times the last until it passes
+# min_run_time (or its clock's own cost, a synchronisation, is under 0.01% of it), and at
+# least five blocks.
+#: Seconds each recipe of the chapter 5 CNN is timed in a full run, as chapter 12 times it:
+#: on an H100 or H200 its 1.6-2.3 ms step makes blocks of 100 steps, and 0.5 s five of them
+#: (the former 2 s: nine to thirteen). Their spread, 3-17% of the median on the H200, is the
+#: host's jitter (the step is bound by the host), which more blocks measure no smaller.
+MIN_RUN_TIME = 0.5
+#: The residual CNN's ``min_run_time`` in a full run: five blocks of one step each. Its step
+#: keeps a GPU busy (8-17 ms on an H200, the same kernels every step), so one step varies
+#: little: chapter 12 checks speed-ups of 1.17x to 1.9x over the plain step on the H200,
+#: whose spreads were 0.02-1.3% of the medians with the former 1 s,
+#: which made blocks of 10 steps (of 100, 4 s a recipe, where the clock costs over 8 us).
+RESNET_MIN_RUN_TIME = 0.005
 
 
 #: Recipes that change the input pipeline, not the step: measured on the chapter 5 CNN only.
@@ -78,14 +95,16 @@ def run(device: torch.device, *, quick: bool) -> list[Figure]:
     warmup = 1 if quick else 3
     note = f"{'quick run, ' if quick else ''}MnistCNN training step, Adam, batch {batch}"
     figures = _recipe_figures(device, recipes_for(device), note, prefix="", batch=batch,
-                              min_run_time=QUICK_MIN_RUN_TIME if quick else 2.0, warmup=warmup)
+                              min_run_time=QUICK_MIN_RUN_TIME if quick else MIN_RUN_TIME,
+                              warmup=warmup)
     width, res_batch = resnet_size(device, quick=quick)
     res_note = (f"{'quick run, ' if quick else ''}ResidualCNN(width={width}) training step, "
                 f"Adam, batch {res_batch}")
     figures += _recipe_figures(device, [r for r in recipes_for(device)
                                         if r not in PIPELINE_RECIPES],
                                res_note, prefix="resnet_", batch=res_batch,
-                               min_run_time=QUICK_MIN_RUN_TIME if quick else 1.0, warmup=warmup,
+                               min_run_time=QUICK_MIN_RUN_TIME if quick else RESNET_MIN_RUN_TIME,
+                               warmup=warmup,
                                model="resnet", width=width)
     if device.type == "cuda":  # what bounds each plain step: the GPU's busy time in it
         for prefix, kwargs, what in (("", {"batch_size": batch}, note),

@@ -180,3 +180,29 @@ def test_the_dataloader_path_never_waits_for_the_gpu(monkeypatch) -> None:
         seen = bench_mnist._epoch(model, optimizer, pageable, device)
     assert seen == 3 * 128
     assert reads == [1], "one read at the epoch's end, waiting for the GPU exactly once"
+
+
+def test_a_full_gpu_run_times_both_paths_on_gpu_images(monkeypatch) -> None:
+    """The accelerator's branch of a full run, its measurements faked: the CPU's two paths on
+    CPU_IMAGES, the accelerator's on GPU_IMAGES (a third of the epoch, named in the notes),
+    then the time to the target accuracy on the whole set."""
+    calls = []
+
+    def fake_rate(batches, device, *, warmup_batches=5):
+        calls.append((torch.device(device).type, len(batches.dataset)))
+        return 1000.0, 1.0
+
+    monkeypatch.setattr(bench_mnist, "train_images_per_s", fake_rate)
+    monkeypatch.setattr(bench_mnist, "mnist_tensors",
+                        lambda train, device, subset=None: (torch.zeros(subset or 60_000, 1),
+                                                            torch.zeros(subset or 60_000)))
+    monkeypatch.setattr(bench_mnist, "time_to_accuracy",
+                        lambda device, **kw: {"seconds": 4.0, "epochs": 5, "accuracy": 0.986,
+                                              "reached": True})
+    figures = {f.name: f for f in bench_mnist.run(torch.device("meta"), quick=False)}
+    assert bench_mnist.GPU_IMAGES == 20_000
+    assert [c[0] for c in calls] == ["cpu", "cpu", "meta", "meta"]
+    assert [c[1] for c in calls] == [bench_mnist.CPU_IMAGES] * 2 + [bench_mnist.GPU_IMAGES] * 2
+    for name in ("tutorial_loader_images_per_s", "resident_images_per_s"):
+        assert "over 20,000 training images" in figures[name].note, figures[name].note
+    assert figures["seconds_to_target"].value == 4.0

@@ -156,3 +156,90 @@ def test_regression_bound_figures_conform_and_add_up_on_the_cpu() -> None:
     large_n = int(got["gpu_step_seconds_large"].note.rsplit("n=", 1)[1].replace(",", ""))
     assert large_n in {20_000 * f for f in (10, 30, 100, 300)}
     _check_common(figures)
+
+
+def test_cuda_semantics_runs_the_two_error_processes_side_by_side(monkeypatch) -> None:
+    # The GPU branch's last figures, with the reports a GPU gives faked: one call of
+    # async_error_reports (both processes at once), its pair in order, each one's lines late.
+    from helpers.cuda_semantics import AsyncErrorReport
+
+    calls = []
+
+    def fake_reports(device):
+        calls.append(device)
+        return (AsyncErrorReport(5, 7, "torch.AcceleratorError: CUDA error: device-side "
+                                       "assert triggered", ""),
+                AsyncErrorReport(5, 5, "torch.AcceleratorError: CUDA error: device-side "
+                                       "assert triggered", ""))
+
+    monkeypatch.setattr(cuda_semantics, "async_error_reports", fake_reports)
+    device = torch.device("cuda", 0)
+    figures = cuda_semantics._async_error_figures(device, "")
+    assert calls == [device]
+    got = {f.name: f for f in figures}
+    assert list(got) == ["async_error_lines_late", "launch_blocking_error_lines_late"]
+    assert got["async_error_lines_late"].value == 2.0
+    assert got["launch_blocking_error_lines_late"].value == 0.0
+    assert all(f.device == "cuda:0" and f.unit == "lines" and "device-side assert" in f.note
+               for f in figures)
+
+
+def test_the_full_regression_run_times_what_bounds_a_step_in_short_blocks(monkeypatch) -> None:
+    # helpers.timing.benchmark times at least five blocks, each ten times the last until it
+    # passes min_run_time (or the clock's cost is under 0.01% of it). The regression's bound
+    # figures (its GPU branch) in a full run on the CPU, the timings faked: each with
+    # MIN_RUN_TIME, five blocks of 10-100 ms.
+    seen = []
+
+    def fake_benchmark(fn, *args, min_run_time, **kwargs):
+        seen.append(("benchmark", kwargs.get("label"), min_run_time))
+        return type("T", (), {"median": 1e-5, "iqr": 1e-7})()
+
+    def fake_step_timing(x, y, *, min_run_time):
+        seen.append(("step", x.shape[0], min_run_time))
+        return type("T", (), {"median": 1e-4, "iqr": 1e-6})()
+
+    monkeypatch.setattr(bench_regression, "benchmark", fake_benchmark)
+    monkeypatch.setattr(bench_regression, "step_timing", fake_step_timing)
+    monkeypatch.setattr(bench_regression, "timing_data",
+                        lambda n, device: (torch.zeros(min(n, 4), 2), torch.zeros(min(n, 4), 1)))
+    bench_regression._bound_figures(torch.device("cpu"), 1_000_000, "")
+    assert [s[2] for s in seen] == [bench_regression.MIN_RUN_TIME] * 6, seen
+    assert bench_regression.MIN_RUN_TIME == 0.01
+    assert [s[1] for s in seen if s[0] == "benchmark"] == ["copy", "launch", "read"]
+
+
+def test_the_full_matmul_run_times_short_blocks_and_two_sustained_seconds(monkeypatch) -> None:
+    # The GPU branch on the CPU with its measurements faked: the tutorial product, its copy
+    # and every size of the sweep timed with GPU_MIN_RUN_TIME (five blocks of 10-100 ms of
+    # products), each format's sustained run SUSTAINED_SECONDS long, as chapter 3's.
+    from helpers.matmul import MatmulRate, Telemetry
+
+    timed, sustained = [], []
+
+    def fake_time_matmul(m, k, n, device, mode="fp32", *, min_run_time, **kwargs):
+        timed.append((m, mode, min_run_time))
+        return type("T", (), {"median": 1e-3, "iqr": 1e-5})(), 100.0
+
+    def fake_rate(kind):
+        def rate(device, mode, shapes, *, seconds=None, idle=None):
+            shape = tuple(shapes[0]) if kind == "burst" else tuple(shapes)
+            if kind == "sustained":
+                sustained.append((mode, seconds))
+            return MatmulRate(kind, mode, str(device), shape, 100.0, 10, 1.0,
+                              Telemetry(None, None, None, None, "faked"), {shape: 100.0})
+        return rate
+
+    monkeypatch.setattr(bench_matmul, "time_matmul", fake_time_matmul)
+    monkeypatch.setattr(bench_matmul, "burst_rate", fake_rate("burst"))
+    monkeypatch.setattr(bench_matmul, "sustained_rate", fake_rate("sustained"))
+    monkeypatch.setattr(bench_matmul, "supported_modes", lambda device: ["fp32", "bf16"])
+    monkeypatch.setattr(bench_matmul, "sweep_sizes", lambda device, sizes: list(sizes))
+    monkeypatch.setattr(bench_matmul, "_naive_seconds", lambda a, b: 1e-5)
+    monkeypatch.setattr(bench_matmul, "TUTORIAL_SHAPE", (100, 20, 100))  # a small warm-up
+    figures = bench_matmul._gpu_figures(torch.device("cpu"), False, 0.03)
+    assert {t[2] for t in timed} == {bench_matmul.GPU_MIN_RUN_TIME} == {0.01}
+    assert len(timed) == 2 + 2 * 4, timed  # the tutorial product twice, 2 modes x 4 sizes
+    assert sustained == [("fp32", 2.0), ("bf16", 2.0)]
+    assert bench_matmul.SUSTAINED_SECONDS == 2.0 and bench_matmul.CPU_SUSTAINED_SECONDS == 0.5
+    assert {"fp32_tflops_n16384", "bf16_sustained_tflops"} <= {f.name for f in figures}

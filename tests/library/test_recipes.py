@@ -129,9 +129,10 @@ def test_each_cuda_step_trains(recipe: str) -> None:
                                              ("cuda", recipes.GPU_BATCH_SIZE)])
 def test_the_benchmark_times_what_chapter_12_says_it_times(monkeypatch, kind, batch) -> None:
     """Chapter 12's dropdown on the appendix's figures: the benchmark's full run times the same
-    steps (make_step, a synthetic batch) at the library's batch size, 2 s per recipe, one
-    recipe after the other; then the residual CNN at its size for the device, 1 s per recipe,
-    without the input-pipeline recipes; on CUDA the GPU's busy time of both plain steps."""
+    steps (make_step, a synthetic batch) at the library's batch size, 0.5 s per recipe, one
+    recipe after the other; then the residual CNN at its size for the device, 0.005 s per
+    recipe (five blocks of one step on a GPU), without the input-pipeline recipes; on CUDA
+    the GPU's busy time of both plain steps."""
     from types import SimpleNamespace
 
     from bench import recipes as bench_recipes
@@ -168,7 +169,7 @@ def test_the_benchmark_times_what_chapter_12_says_it_times(monkeypatch, kind, ba
     if kind == "cuda":
         expected += [("plain", kind, batch, {}), ("plain", kind, res_batch, res_model)]
     assert made == expected
-    assert timed == [(name, 2.0) for name in names] + [(name, 1.0) for name in res_names]
+    assert timed == [(name, 0.5) for name in names] + [(name, 0.005) for name in res_names]
     got = {f.name: f for f in figures}
     assert set(got) >= {f"{name}_speedup" for name in names}
     assert set(got) >= {f"resnet_{name}_speedup" for name in res_names}
