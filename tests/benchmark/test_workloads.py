@@ -243,3 +243,36 @@ def test_the_full_matmul_run_times_short_blocks_and_two_sustained_seconds(monkey
     assert sustained == [("fp32", 2.0), ("bf16", 2.0)]
     assert bench_matmul.SUSTAINED_SECONDS == 2.0 and bench_matmul.CPU_SUSTAINED_SECONDS == 0.5
     assert {"fp32_tflops_n16384", "bf16_sustained_tflops"} <= {f.name for f in figures}
+
+
+@pytest.mark.parametrize(("call_s", "min_run_time", "per_block", "blocks"), [
+    (0.392e-3, bench_matmul.GPU_MIN_RUN_TIME, 100, 5),  # tf32 n=4096 on the H200
+    (13.5e-6, bench_matmul.GPU_MIN_RUN_TIME, 1_000, 5),  # tf32 n=1024
+    (166.6e-3, bench_matmul.GPU_MIN_RUN_TIME, 1, 5),  # fp32 n=16384: five products
+    (6e-6, bench_regression.MIN_RUN_TIME, 10_000, 5),  # a tiny launch
+    (1.6e-3, bench_recipes.MIN_RUN_TIME, 100, 5),  # chapter 5's CNN, bound by the host
+    (15.2e-3, bench_recipes.RESNET_MIN_RUN_TIME, 1, 5),  # the residual CNN
+    (0.31e-3, cuda_semantics.REPLAY_MIN_RUN_TIME, 100, 5),  # chapter 11's graph replay
+    (1.6e-3, cuda_semantics.EAGER_MIN_RUN_TIME, 100, 5),  # and its eager step
+    (0.392e-3, 0.5, 1_000, 5),  # the former 0.5 s: blocks of 0.39 s, 2 s a timing
+])
+def test_the_windows_make_the_blocks_the_notes_say(monkeypatch, call_s, min_run_time,
+                                                    per_block, blocks) -> None:
+    # helpers.timing.benchmark on a faked GPU clock (each reading costs 4 us, a synchronise;
+    # each call takes call_s): torch's Timer picks the block size, as on an H200.
+    from helpers import timing
+
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 4e-6
+        return now[0]
+
+    def call() -> None:
+        now[0] += call_s
+
+    monkeypatch.setattr(timing, "device_clock", lambda device: clock)
+    monkeypatch.setattr(timing, "cpu_load", lambda threads: timing.CpuLoad(None, 2, threads))
+    t = timing.benchmark(call, device="cpu", warmup=0, min_run_time=min_run_time)
+    assert (t.number_per_run, len(t.times)) == (per_block, blocks)
+    assert t.median == pytest.approx(call_s, rel=1e-3)
