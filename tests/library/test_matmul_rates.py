@@ -9,6 +9,7 @@ import subprocess
 import types
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -247,10 +248,27 @@ def test_rates_table_shows_bursts_only_where_measured():
     assert column["sustained from"] == "sustained run"
     assert column["burst SM clock MHz"] == 1980.0 and column["sustained SM clock MHz"] == 1755.0
     assert column["burst shape"] == "8192x8192x8192"
-    old = [c for c in table.columns if c.startswith("NVIDIA H200")]
-    if old:  # the committed H200 file predates bursts: none shown, the sweep stands in
-        assert table.loc["burst TFLOP/s", old].isna().all()
-        assert table.loc["sustained from", old[0]].startswith("size sweep, n = ")
+    # Each committed GPU file: a burst where that run measured one, its own value, else
+    # an empty cell and the size sweep standing in (files written before bursts existed).
+    checked = 0
+    for doc in h200:
+        if not doc["machine"].get("gpu_count"):
+            continue
+        label = results.machine_label(doc)
+        figs = {f["name"]: f["value"] for f in doc["figures"]
+                if f.get("workload") == "matmul" and f.get("device") != "cpu"}
+        for column in [c for c in table.columns if c.startswith(f"{label}, ")]:
+            mode = column.rsplit(", ", 1)[1]
+            burst = figs.get(f"{mode}_burst_tflops")
+            if burst is None:
+                assert pd.isna(table.loc["burst TFLOP/s", column]), column
+                assert table.loc["sustained from", column].startswith("size sweep, n = ")
+            else:
+                assert table.loc["burst TFLOP/s", column] == burst, column
+                assert table.loc["sustained TFLOP/s", column] == figs[f"{mode}_sustained_tflops"]
+                assert table.loc["sustained from", column] == "sustained run", column
+            checked += 1
+    assert checked >= 1, "no committed GPU file's column was checked"
     assert matmul.rates_table([]).empty
 
 
