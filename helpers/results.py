@@ -301,6 +301,10 @@ def show_committed(workload: str, *, gpu_only: bool = True,
 DISPLAY_KEY = "book_committed_figures"
 
 
+#: A committed-figures table longer than this many rows is shown folded on the built page.
+FOLD_ROWS = 12
+
+
 def _show(workload: str, lines: list[str], table: pd.DataFrame | None = None) -> None:
     """Lines of text and a table: one marked display output inside a notebook, else print."""
     text = "\n".join(lines) + ("\n" + table.to_string() if table is not None else "")
@@ -316,7 +320,13 @@ def _show(workload: str, lines: list[str], table: pd.DataFrame | None = None) ->
     if len(lines) > 1:
         first, rest = markup.split("</p>", 1)
         markup = f"{first}</p><ul>{rest}</ul>"
-    if table is not None:
+    if table is not None and len(table) > FOLD_ROWS:
+        # a long table folded under one line, as the appendix folds its own (show_folded):
+        # the page stays a reading, and the table is one click away
+        summary = f"The {len(table)} figures, one per row (click to open)"
+        markup += (f'<details class="book-folded"><summary>{html.escape(summary)}</summary>'
+                   f"{table.to_html()}</details>")
+    elif table is not None:
         markup += table.to_html()
     display({"text/plain": text, "text/html": markup}, raw=True,
             metadata={DISPLAY_KEY: workload})

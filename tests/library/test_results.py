@@ -7,7 +7,7 @@ import types
 import pytest
 
 from helpers import results
-from tests.support import FIGURE, result_doc, write_result
+from tests.support import FIGURE, figure, result_doc, write_result
 
 
 def test_results_dir_override(monkeypatch, tmp_path):
@@ -59,6 +59,30 @@ def test_one_column_per_machine_even_for_the_same_gpu(tmp_path, capsys):
     assert sum(c.startswith(f"{name} x8 <") for c in wide.columns) == 2  # slug tells them apart
     stamps = capsys.readouterr().out
     assert all(f"{column}, driver" in stamps for column in wide.columns)
+
+
+@pytest.mark.parametrize("rows", [results.FOLD_ROWS, results.FOLD_ROWS + 1])
+def test_a_long_committed_table_is_folded_under_one_line(tmp_path, monkeypatch, rows):
+    """Up to FOLD_ROWS figures the table is shown as it is; a longer one (chapter 3's 38
+    figures of an H200) is folded, closed, under a line that says how many figures it holds,
+    the stamps above it and the whole table in it and in the plain text."""
+    figures = [figure(name=f"fp32_tflops_{i}", value=float(i)) for i in range(rows)]
+    write_result(tmp_path, result_doc("gpu-h100", figures))
+    shown = []
+    monkeypatch.setattr("IPython.get_ipython",
+                        lambda: types.SimpleNamespace(kernel=object()))
+    monkeypatch.setattr("IPython.display.display", lambda obj, **kw: shown.append(obj))
+    wide = results.show_committed("matmul", directory=tmp_path)
+    ((data,),) = [shown]
+    assert len(wide) == rows and wide.to_string() in data["text/plain"]
+    html = data["text/html"]
+    stamps, table = html.split("</ul>", 1)
+    assert "Device gpu-h100 x1, driver" in stamps
+    if rows > results.FOLD_ROWS:
+        assert table == (f'<details class="book-folded"><summary>The {rows} figures, one per '
+                         f"row (click to open)</summary>{wide.to_html()}</details>")
+    else:
+        assert table == wide.to_html() and "<details" not in html
 
 
 def test_show_committed_displays_itself_inside_a_kernel(tmp_path, monkeypatch, capsys):
