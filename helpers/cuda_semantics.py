@@ -309,16 +309,6 @@ class Overlap:
                                  f"{value.median!r}")
 
     @property
-    def copy_ms(self) -> float:
-        """The copy alone: median GPU milliseconds."""
-        return self.copy.median * 1e3
-
-    @property
-    def compute_ms(self) -> float:
-        """The products alone: median GPU milliseconds."""
-        return self.compute.median * 1e3
-
-    @property
     def serial_ms(self) -> float:
         """Copy, then products, on one stream: median GPU milliseconds."""
         return self.serial.median * 1e3

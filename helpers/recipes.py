@@ -39,6 +39,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -143,6 +144,19 @@ def _whole(name: str, value: object, least: int) -> int:
     return int(value)
 
 
+_T = TypeVar("_T")
+
+
+def _ask_cuda(query: Callable[[torch.device], _T], device: torch.device) -> _T:
+    """``query(device)``, a ``torch.cuda`` question about one GPU; where ``device`` is not
+    one of this machine's, the error names the devices it has (``resolve_device``)."""
+    try:
+        return query(device)
+    except (RuntimeError, AssertionError, ValueError):
+        resolve_device(device)  # names the devices this machine has
+        raise
+
+
 def bf16_is_fast(device: torch.device) -> bool:
     """Whether bf16 autocast is worth measuring on ``device`` (chapter 12).
 
@@ -157,11 +171,7 @@ def bf16_is_fast(device: torch.device) -> bool:
     """
     device = _kind(device)
     if device.type == "cuda" and not torch.version.hip:
-        try:
-            return torch.cuda.get_device_capability(device) >= (8, 0)
-        except (RuntimeError, AssertionError, ValueError):
-            resolve_device(device)  # names the devices this machine has
-            raise
+        return _ask_cuda(torch.cuda.get_device_capability, device) >= (8, 0)
     if device.type == "mps":
         return torch.backends.mps.is_macos_or_newer(14, 0)
     return True
@@ -462,11 +472,7 @@ def fp32_convolutions_use_tf32(device: torch.device | str) -> bool:
     device = _kind(device)
     if device.type != "cuda" or torch.version.hip or not torch.backends.cudnn.enabled:
         return False
-    try:
-        capability = torch.cuda.get_device_capability(device)
-    except (RuntimeError, AssertionError, ValueError):
-        resolve_device(device)  # names the devices this machine has
-        raise
+    capability = _ask_cuda(torch.cuda.get_device_capability, device)
     if tuple(capability) < (8, 0):
         return False
     precision = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None)
@@ -514,11 +520,7 @@ def h100_class(gpu: torch.device | str | Mapping[str, object]) -> bool:
     device = _kind(gpu)
     if device.type != "cuda" or torch.version.hip:
         return False
-    try:
-        props = torch.cuda.get_device_properties(device)
-    except (RuntimeError, AssertionError, ValueError):
-        resolve_device(device)  # names the devices this machine has
-        raise
+    props = _ask_cuda(torch.cuda.get_device_properties, device)
     return (props.major, props.minor) >= (9, 0) and props.multi_processor_count >= 100
 
 
