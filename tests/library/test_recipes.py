@@ -45,6 +45,10 @@ def test_recipe_steps_share_one_class_and_only_compile_compiles() -> None:
     assert isinstance(recipes.RecipeStep("channels_last", "cpu").model, torch.nn.Module)
 
 
+# slow: it runs first on several workers. A cold compile (no inductor cache on disk) took
+# 21 s alone on an idle 2-core machine and 134 s on the H200's server beside other tests; begun
+# last, it would keep one worker busy long after the others (the GPU report's tests part).
+@pytest.mark.slow
 def test_compile_recipe_really_compiles_on_cpu() -> None:
     """The compile recipe runs an ``OptimizedModule`` and dynamo compiles a graph for it."""
     from torch._dynamo.eval_frame import OptimizedModule
