@@ -164,3 +164,72 @@ def test_where_the_second_stream_saves_no_measurable_share_the_check_fails(
         serial, overlapped, monkeypatch) -> None:
     with pytest.raises(ClaimNotMet, match="a copy on a second stream overlaps"):
         _overlap_cell(serial, overlapped, monkeypatch)
+
+
+# -- the timed windows: what each benchmark() of the chapter costs a GPU -----------------------
+# benchmark() lets torch.utils.benchmark.Timer pick a block of 1, 10, 100, ... calls: the first
+# that takes longer than min_run_time, or whose clock overhead (a synchronisation, some
+# microseconds on a GPU) is under 1e-4 of it; then it times blocks until min_run_time has passed
+# and min_runs blocks exist. With min_run_time=0.3 and the H200's ~5 us per synchronised clock
+# reading, the graph replay's blocks were 1000 replays (0.31 s), five of them: 1.9 s of cell 21
+# (its 1.93 s on the H200), the eager step 1.1 s, the fused chain 1.6 s, the eager chain 1.0 s.
+# The windows replayed below on a virtual clock: the GPU's time per call, H200 (measured:
+# the eager step and the replay in both runs; the chain: its six 1 GiB passes against one at
+# ~4 TB/s) and a T4 (about ten times as slow).
+
+H200_CALL_MS = {"eager_step": (1.768,), "graph.replay": (0.3077,), "fn": (1.62, 0.27)}
+SYNC_MS = 0.005  # one synchronised clock reading on the H200 (between 3.9 and 7.8 us there)
+
+
+def _chapter_benchmarks() -> list[tuple[str, dict]]:
+    """Each benchmark() call of the chapter: what it times and its keyword arguments."""
+    import ast
+    import json
+
+    found = []
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "\n".join(line for line in "".join(cell["source"]).splitlines()
+                           if not line.lstrip().startswith("%"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "benchmark":
+                found.append((ast.unparse(node.args[0]),
+                              {k.arg: ast.literal_eval(k.value) for k in node.keywords
+                               if k.arg in ("min_run_time", "min_runs", "warmup")}))
+    return found
+
+
+def _gpu_seconds(call_ms: float, kwargs: dict, monkeypatch) -> tuple[Timing, float]:
+    """benchmark() of a call taking call_ms on a virtual GPU clock: its timing, and the
+    seconds the GPU spends on it (warm-up, the Timer's choice of block, the blocks)."""
+    import helpers.timing
+
+    now = [0.0]
+
+    def clock() -> float:  # a synchronising clock: each reading waits for the device
+        now[0] += SYNC_MS / 1e3
+        return now[0]
+
+    def call() -> None:
+        now[0] += call_ms / 1e3
+
+    monkeypatch.setattr(helpers.timing, "device_clock", lambda device: clock)
+    timing = helpers.timing.benchmark(call, device="cpu", **kwargs)
+    return timing, now[0]
+
+
+@pytest.mark.parametrize(("slower", "budget_s"), [(1, 0.4), (10, 1.0)], ids=["H200", "T4"])
+def test_each_timed_window_is_short_but_long_enough_for_a_verdict(slower, budget_s,
+                                                                  monkeypatch) -> None:
+    benchmarks = _chapter_benchmarks()
+    assert sorted(what for what, _ in benchmarks) == sorted(H200_CALL_MS), benchmarks
+    for what, kwargs in benchmarks:
+        for call_ms in H200_CALL_MS[what]:
+            call_ms *= slower
+            timing, seconds = _gpu_seconds(call_ms, kwargs, monkeypatch)
+            assert timing.median * 1e3 == pytest.approx(call_ms, rel=0.01), what
+            assert timing.runs >= 10, (what, "ten blocks: a median and an IQR to compare")
+            block_ms = timing.number_per_run * call_ms
+            assert block_ms >= 10, (what, block_ms, "each block far above the clock's cost")
+            assert seconds <= budget_s, (what, call_ms, seconds)
