@@ -482,8 +482,13 @@ def benchmark(
     )
     measurements = [timer.blocked_autorange(min_run_time=min_run_time)]
     per_run = measurements[0].number_per_run
-    while sum(len(m.times) for m in measurements) < min_runs:
-        measurements.append(timer.timeit(per_run))  # a slow call fits few runs in min_run_time
+    if len(measurements[0].times) < min_runs:  # a slow call fits few runs in min_run_time
+        # More blocks of the same size, as blocked_autorange times them: Timer.timeit would
+        # run two untimed calls before each (its warm-up), which triples a slow call's cost.
+        with tbench.utils.common.set_torch_threads(threads):
+            more = [timer._timeit(per_run)
+                    for _ in range(min_runs - len(measurements[0].times))]
+        measurements.append(tbench.Measurement(per_run, more, timer._task_spec))
     # torch's own statistics (its quantiles, the ones its noise warning uses) over every run.
     measurement = tbench.Measurement.merge(measurements)[0]
     host = None
