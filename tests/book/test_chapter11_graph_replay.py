@@ -233,3 +233,35 @@ def test_each_timed_window_is_short_but_long_enough_for_a_verdict(slower, budget
             block_ms = timing.number_per_run * call_ms
             assert block_ms >= 10, (what, block_ms, "each block far above the clock's cost")
             assert seconds <= budget_s, (what, call_ms, seconds)
+
+
+# -- the asynchrony product: long enough on a GPU that the launch alone is a small part --------
+# The check asks 'call returns' under half of 'call + synchronize'. The H200's committed figures
+# time the launch and the whole product at 8192 (bench/cuda_semantics.py); a product of size n
+# takes (n / 8192)**3 of that or longer (a smaller product uses the GPU no better). The launch
+# does not shrink with n, so the chapter's GPU size keeps it under a quarter of the product
+# (twice the check's margin) on the H200, and on a T4 (the product ten times as slow, its host
+# launching at half the speed).
+
+
+def _h200_figure(name: str) -> dict:
+    import json
+
+    doc = json.loads((ROOT / "results" / "gpu-nvidia-h200-x1.json").read_text())
+    return next(f for f in doc["figures"]
+                if f["workload"] == "cuda_semantics" and f["name"] == name)
+
+
+@pytest.mark.parametrize(("product_slower", "launch_slower"), [(1, 1), (10, 2)],
+                         ids=["H200", "T4"])
+def test_the_gpu_product_outlasts_its_launch(product_slower, launch_slower) -> None:
+    import json
+    import re
+
+    source = "".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"])
+    size = int(re.search(r'size = (\d+) if device\.type == "cuda"', source).group(1))
+    launch, done = _h200_figure("launch_ms"), _h200_figure("matmul_done_ms")
+    measured = int(re.match(r"(\d+)x\1 fp32 product", launch["note"]).group(1))
+    product_ms = done["value"] * (size / measured) ** 3 * product_slower
+    launch_ms = launch["value"] * launch_slower
+    assert launch_ms < 0.25 * product_ms, (size, launch_ms, product_ms)
