@@ -422,6 +422,23 @@ def timed(fn: Callable[[], Any], device: torch.device | str) -> float:
     return timeit.default_timer() - start
 
 
+def _more_blocks(timer: Any, first: Any, count: int, threads: int) -> list[Any]:
+    """``count`` more blocks of ``first.number_per_run`` calls, timed as ``blocked_autorange``
+    times its blocks: back to back on the Timer's clock (the device's synchronising clock), with
+    the Timer's thread count, no untimed calls between them. The public ``Timer.timeit`` runs
+    ``max(number // 100, 2)`` untimed warm-up calls before each block, which triples a slow
+    call's cost; ``Timer._timeit`` (one block, what ``blocked_autorange`` calls) is private, so a
+    torch without it gets ``timeit``: the same measurements, only slower to take.
+    """
+    block = getattr(timer, "_timeit", None)
+    set_threads = getattr(tbench, "set_torch_threads", None)
+    if not (callable(block) and callable(set_threads)):
+        return [timer.timeit(first.number_per_run) for _ in range(count)]
+    with set_threads(threads):
+        times = [float(block(first.number_per_run)) for _ in range(count)]
+    return [tbench.Measurement(first.number_per_run, times, first.task_spec)]
+
+
 def benchmark(
     fn: Callable[..., Any],
     *args: Any,
@@ -480,15 +497,11 @@ def benchmark(
         num_threads=threads,
         timer=device_clock(device),
     )
-    measurements = [timer.blocked_autorange(min_run_time=min_run_time)]
-    per_run = measurements[0].number_per_run
-    if len(measurements[0].times) < min_runs:  # a slow call fits few runs in min_run_time
-        # More blocks of the same size, as blocked_autorange times them: Timer.timeit would
-        # run two untimed calls before each (its warm-up), which triples a slow call's cost.
-        with tbench.utils.common.set_torch_threads(threads):
-            more = [timer._timeit(per_run)
-                    for _ in range(min_runs - len(measurements[0].times))]
-        measurements.append(tbench.Measurement(per_run, more, timer._task_spec))
+    first = timer.blocked_autorange(min_run_time=min_run_time)
+    per_run = first.number_per_run
+    measurements = [first]
+    if len(first.times) < min_runs:  # a slow call fits few runs in min_run_time
+        measurements += _more_blocks(timer, first, min_runs - len(first.times), threads)
     # torch's own statistics (its quantiles, the ones its noise warning uses) over every run.
     measurement = tbench.Measurement.merge(measurements)[0]
     host = None

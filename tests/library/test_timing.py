@@ -68,8 +68,6 @@ def test_benchmark_reports_torchs_own_statistics(monkeypatch):
     more = iter([4.0, 5.0])
 
     class FakeTimer:  # three runs in the time given, then two more blocks on request
-        _task_spec = spec
-
         def __init__(self, **kwargs):
             pass
 
@@ -86,6 +84,58 @@ def test_benchmark_reports_torchs_own_statistics(monkeypatch):
     assert (result.median, result.iqr, result.mean) == (3.0, 2.0, 3.0)  # statistics: IQR 3
     assert (result.median, result.iqr) == (torch_view.median, torch_view.iqr)
     assert result.noisy == torch_view.has_warnings
+
+
+def test_benchmark_falls_back_to_the_public_timeit_without_torchs_private_block(
+        monkeypatch):
+    """A newer torch may drop Timer._timeit (private): the extra runs then come from the
+    public Timer.timeit, with the same statistics, not an AttributeError."""
+    import torch.utils.benchmark as tbench
+
+    spec = tbench.Timer(stmt="pass")._task_spec
+    numbers = []
+
+    class PublicOnlyTimer:  # no _timeit, no _task_spec: only torch's documented API
+        def __init__(self, **kwargs):
+            pass
+
+        def blocked_autorange(self, min_run_time):
+            return tbench.Measurement(2, [2.0, 4.0, 6.0], spec)  # blocks of two calls
+
+        def timeit(self, number):
+            numbers.append(number)
+            return tbench.Measurement(number, [(3.0 + len(numbers)) * number], spec)
+
+    monkeypatch.setattr(timing.tbench, "Timer", PublicOnlyTimer)
+    result = benchmark(lambda: None, warmup=0, min_runs=5)
+    assert numbers == [2, 2], "two more blocks of the first blocks' size"
+    assert result.times == (1.0, 2.0, 3.0, 4.0, 5.0) and result.number_per_run == 2
+    assert (result.median, result.iqr) == (3.0, 2.0)
+
+
+def test_benchmark_times_the_extra_blocks_on_the_timers_clock_and_threads(monkeypatch):
+    """The extra blocks run as blocked_autorange's do: on the clock given to the Timer (a
+    GPU's synchronising one) and with the Timer's thread count, restored afterwards."""
+    readings = []
+
+    def clock():
+        readings.append(torch.get_num_threads())
+        return timeit.default_timer()
+
+    monkeypatch.setattr(timing, "device_clock", lambda device: clock)
+
+    def slow():
+        busy_until = time.perf_counter() + 0.01
+        while time.perf_counter() < busy_until:
+            pass
+
+    before = torch.get_num_threads()
+    result = benchmark(slow, warmup=0, min_run_time=0.001, min_runs=4, num_threads=1)
+    assert result.runs == 4 and result.number_per_run == 1
+    assert min(result.times) >= 0.01, "each block's time is the call's, clock to clock"
+    # the last three blocks were read twice each, with one thread
+    assert len(readings) >= 6 and set(readings[-6:]) == {1}
+    assert torch.get_num_threads() == before
 
 
 def test_timing_flags_a_wide_spread():
