@@ -11,12 +11,24 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from typing import TYPE_CHECKING
 from unittest import mock
 
 import accelerate.state as accelerate_state
-import lightning as L  # both pinned in requirements.txt: a missing one fails, never skips
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    import lightning as L
+
+
+def lightning():
+    """Lightning, imported by the tests that use it, not at collection: its import takes
+    seconds, paid by every test process that collects this file. Pinned in requirements.txt
+    with Accelerate: a missing one fails, never skips."""
+    import lightning as L
+
+    return L
 
 FAKE_GPUS = 4
 
@@ -38,7 +50,7 @@ def trainer(**kwargs) -> L.Trainer:
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return L.Trainer(logger=False, enable_checkpointing=False, **kwargs)
+        return lightning().Trainer(logger=False, enable_checkpointing=False, **kwargs)
 
 
 # The chapter's table: what you want -> the arguments -> what Lightning makes of them.
@@ -82,7 +94,7 @@ def test_auto_takes_the_cpu_where_there_is_no_gpu():
 
 def test_gpus_argument_is_gone():
     with pytest.raises(TypeError, match="gpus"):
-        L.Trainer(gpus=1)
+        lightning().Trainer(gpus=1)
 
 
 def test_accelerate_names_one_process_device_without_an_index():
