@@ -135,14 +135,14 @@ $(OLDEST_VENV)/.requirements: requirements.txt pyproject.toml
 
 # An editable install writes the package's metadata into the checkout
 # (pytorch_on_the_gpu_helpers.egg-info/): the two environments may install side by side
-# (`make -j2 venv oldest-venv`, as CI does), but never write that folder at the same time.
+# (`make -j3 venv oldest-venv data`, as CI does), but never write that folder at the same time.
 $(OLDEST_VENV)/.installed: $(OLDEST_VENV)/.requirements | $(VENV)/.installed
 	$(OLDEST_VENV)/bin/uv pip install --quiet --python $(OLDEST_PY) --no-deps -e .
 	$(OLDEST_PY) -c "import matplotlib.font_manager"  # its font cache, as for .venv
 	$(OLDEST_PY) -c "import torch, torchvision; assert torch.__version__.startswith('$(OLDEST_TORCH).'), torch.__version__"
 	touch $@
 
-# Each chapter is its own target, as for the pinned torch, so `make -j2 book oldest` (CI) runs
+# Each chapter is its own target, as for the pinned torch, so `make -j2 book oldest` runs
 # chapters of both environments side by side, and a re-run executes only what changed.
 OLDEST_EXECUTED := $(addprefix $(OLDEST)/,$(NOTEBOOKS))
 OLDEST_RESULTS := $(wildcard results/*.json) tests/fixtures/fake-gpu-result.json
@@ -184,13 +184,14 @@ unit: venv data
 # `make test` runs every test once, in three parts: the tests that need no executed chapter
 # (pytest -m "not book": the library, the benchmark, the tools, the troubleshooting entries,
 # the Colab-like installs); once the pinned torch executed every chapter and the book is
-# built, the tests of those outputs and of the built pages (-m book); once the oldest torch
-# executed every chapter too, the tests of its outputs. With several jobs (`make -j3 test`, as
-# CI on a machine without a GPU) the first part runs while the chapters execute, the second
-# while the oldest torch executes them: both keep the cores busy where either alone leaves
-# them waiting (on kernels, subprocesses, torchrun, the browser). Where a GPU is, run `make
-# test` as it is: the chapters then run one at a time and alone, so their timings are their own.
-# The tests run on two workers (pytest-xdist): many wait on subprocesses, the browser or disk.
+# built, the tests of those outputs and of the built pages (-m "book and not oldest_torch");
+# once the oldest torch executed every chapter too, the tests of its outputs. With several
+# jobs (`make -j3 test`, as CI on a machine without a GPU) the first part runs while the
+# chapters execute, the second while the oldest torch executes them: both keep the cores busy
+# where either alone leaves them waiting (on kernels, subprocesses, torchrun, the browser).
+# Where a GPU is, run `make test` as it is: the chapters then run one at a time and alone, so
+# their timings are their own.
+# The unit tests run on two workers (pytest-xdist): many wait on subprocesses or disk.
 # OpenMP threads that wait sleep instead of spinning: with several workers (each torch using
 # every core) spinning threads took the cores from the ones with work (on 2 cores, two
 # chapters side by side used half the CPU time and half the wall time with it).

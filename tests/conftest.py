@@ -60,7 +60,8 @@ def pytest_report_header(config: pytest.Config) -> str:
 OLDEST_FIXTURES = frozenset({"executed_oldest", "oldest_run"})
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects by marker
+# Called as each item is collected, before any pytest_collection_modifyitems (where -m
+# deselects): the marker is there when -m "book and oldest_torch" selects.
 def pytest_itemcollected(item: pytest.Item) -> None:
     # `make test` runs the tests of the oldest-torch run's outputs only once that run is done,
     # and the other tests of the executed chapters and the built book before, beside it.
