@@ -208,7 +208,9 @@ BOOK_TEST_WORKERS ?= 0
 # the built pages (beside the oldest-torch chapters, with several jobs); once the oldest-torch
 # run is done, those of its outputs (marked oldest_torch: tests/conftest.py marks every test
 # that reads them).
-book-tests: lint browser-deps book
+# On the built book itself, not on `book`: with `book`'s own recipe in between, make started
+# these tests only once every oldest-torch chapter had started (GNU make 4.3, -j3).
+book-tests: lint browser-deps venv data $(HTML)/.built
 	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -m "book and not oldest_torch" --require-book \
 	  -n $(BOOK_TEST_WORKERS)
 test: lint browser-deps unit-tests book-tests oldest
