@@ -41,7 +41,7 @@ STAGED_STATIC := $(addprefix $(STAGE)/,$(STATIC)) $(STAGE)/_config.yml
 # benchmark is not among them, so changing it re-executes no chapter).
 HELPERS := $(sort $(wildcard helpers/*.py results/*.json))
 
-.PHONY: book test book-tests unit-tests venv data lint unit notebooks html browser-deps clean distclean bench \
+.PHONY: book test unit-tests venv data lint unit notebooks html browser-deps clean distclean bench \
         oldest oldest-venv gpu-report wheelhouse
 
 ## Set-up ------------------------------------------------------------------------------
@@ -153,12 +153,7 @@ $(OLDEST)/results/.copied: $(OLDEST_RESULTS)
 	cp $(OLDEST_RESULTS) $(@D)/
 	touch $@
 
-# With `make test`, each oldest-torch chapter waits for the built book, so that the book's tests
-# run beside the oldest-torch chapters: make starts the jobs it reaches first, and it started
-# every oldest-torch chapter before building the book, whose tests then ran alone at the end.
-# (`make oldest` alone builds no book.)
-OLDEST_AFTER := $(if $(filter test,$(MAKECMDGOALS)),$(HTML)/.built)
-$(OLDEST)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) $(OLDEST)/results/.copied | oldest-venv data $(OLDEST_AFTER)
+$(OLDEST)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) $(OLDEST)/results/.copied | oldest-venv data
 	@mkdir -p $(@D)
 	cp $< $@
 	BOOK_RESULTS_DIR=$(CURDIR)/$(OLDEST)/results $(OLDEST_PY) -m pytest -p no:cacheprovider -q \
@@ -181,16 +176,14 @@ lint: venv
 unit: venv data
 	$(PY) -m pytest -m "not book"
 
-# `make test` runs every test once, in three parts: the tests that need no executed chapter
+# `make test` runs every test once, in two parts: the tests that need no executed chapter
 # (pytest -m "not book": the library, the benchmark, the tools, the troubleshooting entries,
-# the Colab-like installs); once the pinned torch executed every chapter and the book is
-# built, the tests of those outputs and of the built pages (-m "book and not oldest_torch");
-# once the oldest torch executed every chapter too, the tests of its outputs. With several
-# jobs (`make -j3 test`, as CI on a machine without a GPU) the first part runs while the
-# chapters execute, the second while the oldest torch executes them: both keep the cores busy
-# where either alone leaves them waiting (on kernels, subprocesses, torchrun, the browser).
-# Where a GPU is, run `make test` as it is: the chapters then run one at a time and alone, so
-# their timings are their own.
+# the Colab-like installs) and, once both torches executed every chapter and the book is
+# built, the tests of the executed outputs and the built pages (-m book). With several jobs
+# (`make -j3 test`, as CI on a machine without a GPU) the first part runs while the chapters
+# execute: both keep the cores busy where either alone leaves them waiting (on kernels,
+# subprocesses, torchrun). Where a GPU is, run `make test` as it is: the chapters then run one
+# at a time and alone, so their timings are their own.
 # The unit tests run on two workers (pytest-xdist): many wait on subprocesses or disk.
 # OpenMP threads that wait sleep instead of spinning: with several workers (each torch using
 # every core) spinning threads took the cores from the ones with work (on 2 cores, two
@@ -203,18 +196,11 @@ UNIT_WORKERS ?= $(TEST_WORKERS)
 # Chromium once, however many tests check it, and searches from one search page; each worker
 # would start its own browser and read them again. On 2 idle cores: 108 s and 181 busy core-s
 # in one process, 126 s and 250 on two workers, 154 s and 306 on three.
+# They run once both torches are done, alone: beside the oldest torch's chapters, the whole
+# CI took more busy core-s (1795 against 1728) and longer (920 s against 900 s).
 BOOK_TEST_WORKERS ?= 0
-# The -m book tests in two parts: as soon as the book is built, those of the pinned run and
-# the built pages (beside the oldest-torch chapters, with several jobs); once the oldest-torch
-# run is done, those of its outputs (marked oldest_torch: tests/conftest.py marks every test
-# that reads them).
-# On the built book itself, not on `book`: with `book`'s own recipe in between, make started
-# these tests only once every oldest-torch chapter had started (GNU make 4.3, -j3).
-book-tests: lint browser-deps venv data $(HTML)/.built
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -m "book and not oldest_torch" --require-book \
-	  -n $(BOOK_TEST_WORKERS)
-test: lint browser-deps unit-tests book-tests oldest
-	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -m "book and oldest_torch" --require-book
+test: lint browser-deps unit-tests book oldest
+	OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -m book --require-book -n $(BOOK_TEST_WORKERS)
 
 # --require-book: a test that needs the oldest-torch environment fails without it, not skips.
 unit-tests: venv data oldest-venv

@@ -56,19 +56,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}, cpus: {os.cpu_count()}"
 
 
-#: The fixtures that read the chapters as `make oldest` executed them.
-OLDEST_FIXTURES = frozenset({"executed_oldest", "oldest_run"})
-
-
-# Called as each item is collected, before any pytest_collection_modifyitems (where -m
-# deselects): the marker is there when -m "book and oldest_torch" selects.
-def pytest_itemcollected(item: pytest.Item) -> None:
-    # `make test` runs the tests of the oldest-torch run's outputs only once that run is done,
-    # and the other tests of the executed chapters and the built book before, beside it.
-    if OLDEST_FIXTURES & set(getattr(item, "fixturenames", ())):
-        item.add_marker(pytest.mark.oldest_torch)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The tests marked slow run first (in their own order): on several workers, which
     # pytest-xdist hands tests in this order, a long test started last would keep one worker
