@@ -79,12 +79,15 @@ $(STAGE)/%: %
 
 # A notebook is executed in a scratch copy under _executed/ (nbmake skips paths containing
 # "_build"), in place (nbmake --overwrite), so the book build
-# reuses these outputs instead of running every chapter a second time.
-$(STAGE)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) | venv data
+# reuses these outputs instead of running every chapter a second time. Its kernel is a reader's
+# (tools/nbmake_kernel.py): what C++ code writes to stderr shows, as in Jupyter, and the kernel
+# is killed after the last cell rather than left 2-3 s to tear torch down.
+NBMAKE := -p no:cacheprovider -p tools.nbmake_kernel -q --nbmake --overwrite \
+  --nbmake-timeout=$(NB_TIMEOUT)
+$(STAGE)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) tools/nbmake_kernel.py | venv data
 	@mkdir -p $(@D)
 	cp $< $@
-	$(PY) -m pytest -p no:cacheprovider -q --nbmake --overwrite \
-	  --nbmake-timeout=$(NB_TIMEOUT) $@
+	$(PY) -m pytest $(NBMAKE) $@
 	$(PY) tools/notebook.py trim-errors $@
 
 notebooks: $(EXECUTED)
@@ -153,11 +156,11 @@ $(OLDEST)/results/.copied: $(OLDEST_RESULTS)
 	cp $(OLDEST_RESULTS) $(@D)/
 	touch $@
 
-$(OLDEST)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) $(OLDEST)/results/.copied | oldest-venv data
+$(OLDEST)/chapters/%.ipynb: chapters/%.ipynb $(HELPERS) tools/nbmake_kernel.py \
+                           $(OLDEST)/results/.copied | oldest-venv data
 	@mkdir -p $(@D)
 	cp $< $@
-	BOOK_RESULTS_DIR=$(CURDIR)/$(OLDEST)/results $(OLDEST_PY) -m pytest -p no:cacheprovider -q \
-	  --nbmake --overwrite --nbmake-timeout=$(NB_TIMEOUT) $@
+	BOOK_RESULTS_DIR=$(CURDIR)/$(OLDEST)/results $(OLDEST_PY) -m pytest $(NBMAKE) $@
 	$(OLDEST_PY) tools/notebook.py trim-errors $@
 
 $(OLDEST)/.done: $(OLDEST_EXECUTED)

@@ -28,6 +28,7 @@ package in the book's repository; this package never imports them.
 from __future__ import annotations
 
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -37,6 +38,13 @@ import torch
 # torch.utils.cpp_extension log "No CUDA runtime is found". That message is about compiling C++
 # extensions, which the book never does, so it is noise in every executed chapter.
 logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+# torch's profiler (kineto) writes log lines of its own to the process's stderr, which Jupyter
+# shows under the cell: "profiler_start" and "profiler_stop" for every profile (torch 2.14), and
+# "gpuGetDeviceCount failed with code 35" wherever a CUDA build of torch finds no GPU driver
+# (2.9 on). None is about the reader's code; what the profiler recorded is in its results, which
+# the chapters read and check. Above every level kineto has (read when the first profile
+# starts); a reader's own KINETO_LOG_LEVEL is kept.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
 
 from . import checks, devices  # noqa: E402
 from .devices import best_device, describe_devices, has_gpu  # noqa: E402

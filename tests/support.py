@@ -73,6 +73,19 @@ def run_command(cmd: list, **kwargs) -> subprocess.CompletedProcess:
     return result
 
 
+def execute_as_a_reader(nb: Any, timeout: int = 120, **client: Any) -> Any:
+    """Execute ``nb`` in place in a kernel as Jupyter starts it (tools/nbmake_kernel.py): what
+    C++ code writes to stderr is among the outputs, and the kernel is killed after its last
+    cell. ``client`` goes to nbclient's NotebookClient."""
+    from nbclient import NotebookClient
+
+    from tools.nbmake_kernel import reader_environment
+
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
+                   **client).execute(env=reader_environment())
+    return nb
+
+
 def run_bench(*argv: str) -> int:
     """``python -m bench`` in this process, without its progress bars."""
     from bench import __main__ as runner

@@ -14,10 +14,10 @@ import pytest
 import torch
 from docutils import nodes
 from docutils.utils import new_document
-from nbclient import NotebookClient
 
 from helpers import plotting
 from tests.conftest import ROOT
+from tests.support import execute_as_a_reader
 
 sys.path.insert(0, str(ROOT / "_ext"))
 import figure_alt  # noqa: E402  (the book's Sphinx extension, loaded as Sphinx loads it)
@@ -100,7 +100,7 @@ def kernel_alts() -> dict[str, list[list[str | None]]]:
     """Each part's cells' PNG outputs' alt texts, from one kernel run of KERNEL_CELLS."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for part in KERNEL_CELLS.values() for src in part]
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    execute_as_a_reader(nb)
     alts = [[out.metadata.get("image/png", {}).get("alt") for out in cell.outputs
              if "image/png" in out.get("data", {})] for cell in nb.cells]
     found, at = {}, 0

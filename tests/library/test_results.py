@@ -7,7 +7,7 @@ import types
 import pytest
 
 from helpers import results
-from tests.support import FIGURE, figure, result_doc, write_result
+from tests.support import FIGURE, execute_as_a_reader, figure, result_doc, write_result
 
 
 def test_results_dir_override(monkeypatch, tmp_path):
@@ -146,14 +146,13 @@ def test_show_committed_in_a_notebook_branch(tmp_path):
     """A real kernel: the call inside an else branch shows the figures table."""
     pytest.importorskip("nbclient")
     import nbformat
-    from nbclient import NotebookClient
 
     write_result(tmp_path, result_doc("gpu-h100", [dict(FIGURE, value=123.25)]))
     nb = nbformat.v4.new_notebook()
     nb.cells.append(nbformat.v4.new_code_cell(
         "import helpers.results\n"
         f"if False:\n    pass\nelse:\n    helpers.results.show_committed('matmul', directory={str(tmp_path)!r})\n"))
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    execute_as_a_reader(nb)
     outputs = nb.cells[0].outputs
     kinds = [o["output_type"] for o in outputs]
     assert kinds == ["display_data"], kinds

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from helpers.training import progress
+from tests.support import execute_as_a_reader
 from tools.notebook import output_problems
 
 CELLS = [
@@ -29,7 +29,7 @@ CELLS = [
 def executed() -> nbformat.NotebookNode:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    execute_as_a_reader(nb)
     return nb
 
 
