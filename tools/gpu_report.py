@@ -31,7 +31,9 @@ It runs with whatever torch the machine has, at or above the book's minimum, and
 In lanes: the benchmark, then every chapter whose outputs or claims are timings
 (:data:`RUN_ALONE`), each alone on the machine; then the chapters that measure no time,
 ``--workers`` at a time, beside the unit tests (``--tests``, their own part, on
-``--test-workers``). Each page's stamp says whether it ran alone or beside others.
+``--test-workers``). Each page's stamp says whether it ran alone or beside others. Every
+chapter's kernel starts, and imports the chapter's packages, all at once before the benchmark
+(:class:`Turn`; ``--cold-kernels``: each at its turn).
 ``--budget`` bounds the whole run: past it (or on SIGINT or SIGTERM) what runs is stopped,
 the rest does not start, and the summary and the archive are still written.
 ``--archive FILE`` packs everything the run wrote into one file (at most 16 MiB), for a
@@ -523,8 +525,12 @@ INLINE_BACKEND = "module://matplotlib_inline.backend_inline"
 
 
 def kernel_env() -> dict[str, str]:
-    """The environment a chapter's kernel gets: this one, with the inline backend."""
-    return {**os.environ, "MPLBACKEND": INLINE_BACKEND}
+    """The environment a chapter's kernel gets: this one, with the inline backend, and without
+    pytest's variable (a report run by the tests), under which ipykernel would not show what
+    C++ code writes to stderr (:mod:`tools.nbmake_kernel`)."""
+    from tools.nbmake_kernel import reader_environment
+
+    return {**reader_environment(), "MPLBACKEND": INLINE_BACKEND}
 
 
 def kernel_transport(km) -> str | None:
@@ -546,41 +552,189 @@ def kernel_transport(km) -> str | None:
     return folder
 
 
-def execute(path: Path, timeout: int) -> tuple[bool, str]:
+#: What a chapter's kernel imports before its turn (:class:`Turn`), where the chapter imports it
+#: at the top level of a code cell (:func:`warm_imports`): the packages whose first import takes
+#: seconds, and the book's own modules (``helpers.training`` imports torchmetrics: 2.8 s on a
+#: CPU). The chapter's own cells still run every import (then at once).
+WARM_IMPORTS = ("helpers", "torch", "torchvision", "torchmetrics", "pandas", "matplotlib.pyplot",
+                "lightning", "accelerate")
+
+
+def warm_imports(nb) -> list[str]:
+    """What ``nb``'s kernel imports before its turn: each module of :data:`WARM_IMPORTS` and
+    each ``helpers.*`` module that a code cell imports at its top level (``import a.b`` or
+    ``from a.b import c``, as a statement of the cell or of a ``try`` block in it: the setup
+    cell imports ``helpers`` in one). Imports in functions, in ``if`` branches and in cell
+    magics (``%%gpu_only``) may never run, and are left to the chapter."""
+    import ast
+
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    found: list[str] = []
+    transform = TransformerManager().transform_cell
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(transform(cell.source))
+        except SyntaxError:
+            continue
+        statements = list(tree.body)
+        for node in tree.body:
+            if isinstance(node, ast.Try):
+                statements += node.body
+        for node in statements:
+            if isinstance(node, ast.Import):
+                found += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.append(node.module)
+    heavy = [m for m in WARM_IMPORTS if any(f == m or f.startswith(m + ".") for f in found)]
+    book = [f for f in dict.fromkeys(found) if f.startswith("helpers.")]
+    return heavy + book
+
+
+class NotRun(Exception):
+    """A chapter whose turn never came: the run was stopped (or out of time) first."""
+
+
+class Turn:
+    """A chapter's place in a lane when its kernel starts before its turn (:func:`execute`):
+    the kernel starts and imports the chapter's heavy packages (:func:`warm_imports`) while
+    nothing is measured, says so (:attr:`warmed`), and runs the chapter's cells only when the
+    lane says :meth:`go`. ``stopped`` says whether the run is stopped or out of time."""
+
+    def __init__(self, stopped: Any) -> None:
+        self.warmed = threading.Event()
+        self._go = threading.Event()
+        self._stopped = stopped
+        #: ``time.perf_counter()`` when the chapter's turn came; None before.
+        self.started: float | None = None
+        #: Seconds the kernel took to start and import; what made it start again cold, if so.
+        self.warm_up: dict[str, Any] = {}
+
+    def go(self) -> None:
+        self._go.set()
+
+    def wait(self) -> None:
+        """Return when the chapter's turn comes; raise :class:`NotRun` if the run is stopped
+        first."""
+        while not self._go.wait(0.1):
+            if self._stopped():
+                raise NotRun
+        if self._stopped():
+            raise NotRun
+        self.started = time.perf_counter()
+
+
+def _warm_up(client: Any, modules: list[str], timeout: int) -> str:
+    """Start ``client``'s kernel (in the chapter's folder, with :func:`kernel_env`) and import
+    ``modules`` there silently: no execution count is used, nothing is kept in the history.
+    Returns what the imports printed (a warning, an error), or ``""``."""
+    from jupyter_core.utils import run_sync
+
+    client.start_new_kernel(env=kernel_env())
+    client.start_new_kernel_client()
+    if not modules:
+        return ""
+    printed: list[str] = []
+
+    def keep(msg: dict[str, Any]) -> None:
+        content = msg["content"]
+        if msg["msg_type"] == "stream":
+            printed.append(content["text"])
+        elif msg["msg_type"] == "error":
+            printed.append(f"{content['ename']}: {content['evalue']}\n")
+        elif msg["msg_type"] in ("display_data", "execute_result"):
+            printed.append(content.get("data", {}).get("text/plain", msg["msg_type"]) + "\n")
+
+    reply = run_sync(client.kc.execute_interactive)(
+        "\n".join(f"import {m}" for m in modules), silent=True, store_history=False,
+        output_hook=keep, timeout=timeout)
+    if reply["content"]["status"] != "ok" and not printed:
+        printed.append(f"{reply['content'].get('ename')}: {reply['content'].get('evalue')}\n")
+    return "".join(printed)
+
+
+def execute(path: Path, timeout: int, turn: Turn | None = None) -> tuple[bool, str]:
     """Execute ``path`` in place in its own folder, as the book build does, with the inline
     backend whatever ``MPLBACKEND`` says (:func:`kernel_env`), its kernel on IPC sockets
     (:func:`kernel_transport`). A run being stopped (:class:`Stopper`) kills its kernel: the
-    chapter then fails, saying it was cut short."""
+    chapter then fails, saying it was cut short.
+
+    With a ``turn``, the kernel starts and imports the chapter's heavy packages at once, then
+    waits for :meth:`Turn.go` (raising :class:`NotRun` if the run stops first): a lane of
+    chapters that run alone pays for no kernel start and no first import between them. A
+    warm-up that prints anything (a warning the page would have shown where the chapter
+    imports the package) is undone: the kernel is killed and a fresh one starts at the turn.
+    The kernel is killed once the last cell has replied (every output is in by then): a
+    graceful shutdown waited 2-3 s for Python to tear torch down."""
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(path.parent)}})
-    km = client.create_kernel_manager()
-    sockets = kernel_transport(km)
     stopper = _stopper
-    if stopper is not None:
-        stopper.add_kernel(km)
+    sockets: list[str] = []
+
+    def new_kernel_manager() -> Any:
+        km = client.create_kernel_manager()
+        folder = kernel_transport(km)
+        if folder:
+            sockets.append(folder)
+        if stopper is not None:
+            stopper.add_kernel(km)
+        return km
+
+    kms = [new_kernel_manager()]
     error = ""
     try:
+        if turn is not None:
+            tic = time.perf_counter()
+            modules = warm_imports(nb)
+            printed = ""
+            try:
+                if not stopper:
+                    printed = _warm_up(client, modules, timeout)
+            except Exception as exc:  # a kernel that did not start: a fresh one at the turn
+                printed = f"{type(exc).__name__}: {exc}"
+            finally:
+                turn.warm_up = {"seconds": round(time.perf_counter() - tic, 1),
+                                "imports": modules}
+                turn.warmed.set()
+            if stopper:
+                raise NotRun
+            if printed:
+                turn.warm_up["started_again_cold"] = printed[-500:]
+                client._cleanup_kernel()
+                kms.append(new_kernel_manager())
+            turn.wait()
         if stopper:
             error = "not started"
         else:
             client.execute(env=kernel_env())
+    except NotRun:
+        raise
     except CellExecutionError as exc:
         error = str(exc)[-2000:]
     except Exception as exc:  # a dead kernel or a timeout: record it, go on with the others
         error = f"{type(exc).__name__}: {exc}"[-2000:]
     finally:
-        if stopper is not None:
-            stopper.remove_kernel(km)
+        if client.km is not None:  # not run, or failed before its cells: nbclient left it
+            try:
+                client._cleanup_kernel()
+            except Exception:  # already dead (a stop killed it): nothing left to end
+                pass
+        for km in kms:
+            if stopper is not None:
+                stopper.remove_kernel(km)
         # A kernel that died while starting leaves nbclient's exit hook registered, which
         # would fail at exit (its manager is gone); the kernel was cleaned up already.
         atexit.unregister(client._cleanup_kernel)
-        if sockets:
-            shutil.rmtree(sockets, ignore_errors=True)
+        for folder in sockets:
+            shutil.rmtree(folder, ignore_errors=True)
     if error and stopper:
         error = f"cut short ({stopper.why}): {error}"
     nbformat.write(nb, path)
@@ -646,7 +800,8 @@ def record(args: argparse.Namespace) -> int:
         install_wheelhouse(args.wheelhouse)
     if args.install_only:
         print(f"Installed from {args.wheelhouse}. To run the chapters yourself with this "
-              f"book's helpers: PYTHONPATH={ROOT} python -m pytest --nbmake chapters")
+              f"book's helpers: PYTHONPATH={ROOT} python -m pytest -p tools.nbmake_kernel "
+              "--nbmake chapters")
         return 0
     if args.data:
         unpack_mnist(args.data)
@@ -749,24 +904,9 @@ def record(args: argparse.Namespace) -> int:
     not_run: list[str] = []
     tests = None
     tests_log = args.work / "tests.log"
+    turns: dict[Path, Turn] = {}
+    warm_pool = None
     try:
-        if args.no_bench:
-            summary["benchmark"] = {"skipped": "--no-bench"}
-        elif out_of_time():
-            summary["benchmark"] = {"command": bench[1:], "not_run": why_not()}
-        else:
-            print("Benchmark: " + " ".join(bench[1:]), flush=True)
-            tic = time.monotonic()
-            summary["benchmark"] = {"command": bench[1:], "returncode": -1}
-            wrote += [args.work / "bench.log", out / f"{slug}.json"]  # pack skips what is not
-            bench_rc = run_logged(bench, env, args.work / "bench.log", echo=True,
-                                  stopper=stopper)
-            scrub_file(args.work / "bench.log", places)
-            scrub_command(out / f"{slug}.json", places)
-            clock["benchmark"] = time.monotonic() - tic
-            summary["benchmark"]["returncode"] = bench_rc
-            if stopper:
-                summary["benchmark"]["cut_short"] = stopper.why
         os.environ["BOOK_STRICT"] = "1"  # the chapters' timing claims are strict here
         if args.no_chapters:
             chosen = []
@@ -779,24 +919,30 @@ def record(args: argparse.Namespace) -> int:
                 print("Already recorded for the current code: "
                       + ", ".join(c.stem for c in kept))
             chosen = [c for c in chosen if c not in kept]
-
-        # No page of an earlier run survives a chapter that fails now (or one deleted since).
-        if not args.chapters and not args.resume and not args.no_chapters:
-            shutil.rmtree(pages, ignore_errors=True)
         # The tests' own output checks, so no page they would reject is written (the checkout
         # is on sys.path: use_checkout).
         from tools.notebook import output_problems, trim_errors
 
-        def record_chapter(source: Path, ran: dict[str, Any]) -> None:
-            if out_of_time():
-                with lock:
-                    not_run.append(source.stem)
-                return
-            (pages / source.name).unlink(missing_ok=True)
+        def record_chapter(source: Path, ran: dict[str, Any], turn: Turn | None = None) -> None:
+            if turn is None:
+                if out_of_time():
+                    with lock:
+                        not_run.append(source.stem)
+                    return
+                (pages / source.name).unlink(missing_ok=True)
             target = work / source.name
             shutil.copy(source, target)
             start = time.perf_counter()
-            ok, error = execute(target, args.timeout)
+            try:
+                ok, error = (execute(target, args.timeout) if turn is None
+                             else execute(target, args.timeout, turn))
+            except NotRun:
+                target.unlink(missing_ok=True)
+                with lock:
+                    not_run.append(source.stem)
+                return
+            if turn is not None:  # from its turn on, not from its kernel's early start
+                start = turn.started if turn.started is not None else start
             seconds = round(time.perf_counter() - start, 1)
             problems: list[str] = []
             nb = nbformat.read(target, as_version=4)
@@ -817,6 +963,8 @@ def record(args: argparse.Namespace) -> int:
                     wrote.append(pages / source.name)
                 summary["chapters"][source.stem] = {"ok": ok, "seconds": seconds,
                                                     "error": error, **ran}
+                if turn is not None:
+                    summary["chapters"][source.stem]["kernel_started_early"] = turn.warm_up
                 if not ok and stopper:
                     summary["chapters"][source.stem]["cut_short"] = stopper.why
             print(f"  {source.stem}: {'passed' if ok else 'FAILED'} in {seconds:.0f} s"
@@ -832,12 +980,67 @@ def record(args: argparse.Namespace) -> int:
         # time, beside the unit tests (their own part, with --test-workers).
         alone = [c for c in chosen if runs_alone(c.stem, run["gpu_count"])]
         beside = [c for c in chosen if c not in alone]
+        # What the chapters that run side by side ran beside: known once the tests start.
+        beside_ran: dict[str, Any] = {}
+        started_early: dict[Path, Any] = {}
+        if chosen and not args.cold_kernels and not out_of_time():
+            # Every chapter's kernel starts now, all at once, and imports its packages, before
+            # the benchmark: then idle, they take neither a core nor the GPU from it, and in
+            # its lane each chapter starts at its first cell. On the H200 each chapter spent
+            # 1.5-3.8 s outside its cells (its kernel's start and shutdown), and its first
+            # cells then imported torch and the rest: 10 chapters one after the other.
+            tic = time.monotonic()
+            turns = {c: Turn(out_of_time) for c in chosen}
+            warm_pool = ThreadPoolExecutor(len(chosen))
+            started_early = {c: warm_pool.submit(
+                record_chapter, c, {"ran": "alone"} if c in alone else beside_ran, turns[c])
+                for c in chosen}
+            for c, future in started_early.items():
+                while not (turns[c].warmed.wait(0.1) or future.done() or stopper):
+                    pass
+            clock["kernels started early"] = time.monotonic() - tic
+            print(f"Kernels: {len(chosen)} started and imported their chapters' packages in "
+                  f"{clock['kernels started early']:.0f} s, before the benchmark.", flush=True)
+
+        def take_turn(source: Path) -> None:
+            """Let a chapter whose kernel started early run, and wait until it is done."""
+            if not out_of_time():
+                (pages / source.name).unlink(missing_ok=True)
+            turns[source].go()
+            started_early[source].result()
+
+        if args.no_bench:
+            summary["benchmark"] = {"skipped": "--no-bench"}
+        elif out_of_time():
+            summary["benchmark"] = {"command": bench[1:], "not_run": why_not()}
+        else:
+            print("Benchmark: " + " ".join(bench[1:]), flush=True)
+            tic = time.monotonic()
+            summary["benchmark"] = {"command": bench[1:], "returncode": -1}
+            wrote += [args.work / "bench.log", out / f"{slug}.json"]  # pack skips what is not
+            bench_rc = run_logged(bench, env, args.work / "bench.log", echo=True,
+                                  stopper=stopper)
+            scrub_file(args.work / "bench.log", places)
+            scrub_command(out / f"{slug}.json", places)
+            clock["benchmark"] = time.monotonic() - tic
+            summary["benchmark"]["returncode"] = bench_rc
+            if stopper:
+                summary["benchmark"]["cut_short"] = stopper.why
+
+        # No page of an earlier run survives a chapter that fails now (or one deleted since).
+        if not args.chapters and not args.resume and not args.no_chapters:
+            shutil.rmtree(pages, ignore_errors=True)
         tic = time.monotonic()
-        # In a thread of its own, like the others: in the main thread nbclient takes SIGINT
-        # and SIGTERM over while a chapter runs, and puts Python's defaults back after it, so
-        # a signal would no longer stop the run (catch_signals) but end the report unpacked.
-        with ThreadPoolExecutor(1) as pool:
-            list(pool.map(lambda source: record_chapter(source, {"ran": "alone"}), alone))
+        if turns:
+            for source in alone:
+                take_turn(source)
+        else:
+            # In a thread of its own, like the others: in the main thread nbclient takes SIGINT
+            # and SIGTERM over while a chapter runs, and puts Python's defaults back after it,
+            # so a signal would no longer stop the run (catch_signals) but end the report
+            # unpacked.
+            with ThreadPoolExecutor(1) as pool:
+                list(pool.map(lambda source: record_chapter(source, {"ran": "alone"}), alone))
         clock["chapters alone"] = time.monotonic() - tic
         tic = time.monotonic()
         if args.tests:
@@ -867,9 +1070,10 @@ def record(args: argparse.Namespace) -> int:
         workers = max(1, min(args.workers, len(beside)))
         others = ([f"other chapters ({workers} at a time)"] if workers > 1 else []) + (
             ["the unit tests"] if tests else [])
-        ran = {"ran": "beside " + " and ".join(others)} if others else {"ran": "alone"}
+        beside_ran["ran"] = "beside " + " and ".join(others) if others else "alone"
         with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(lambda source: record_chapter(source, ran), beside))
+            list(pool.map(take_turn if turns else (
+                lambda source: record_chapter(source, beside_ran)), beside))
         clock["chapters side by side"] = time.monotonic() - tic
         if tests is not None:
             tests.join()
@@ -879,6 +1083,11 @@ def record(args: argparse.Namespace) -> int:
         stopper.stop(f"the report stopped: {type(failure).__name__}: {failure}"[:200])
         raise
     finally:
+        if warm_pool is not None:
+            # A run stopped before their turns: each chapter still waiting finds it stopped.
+            for turn in turns.values():
+                turn.go()
+            warm_pool.shutdown(wait=True)
         if timer is not None:
             timer.cancel()
         _stopper = None
@@ -894,6 +1103,9 @@ def record(args: argparse.Namespace) -> int:
             clock["total"] = time.monotonic() - started
             with lock:
                 summary["parts_seconds"] = {k: round(v, 1) for k, v in clock.items()}
+                # in the run's order: chapters waiting for their turns end all at once
+                order = [c.stem for c in chosen]
+                not_run.sort(key=lambda s: order.index(s) if s in order else len(order))
                 summary["not_run"] = list(not_run)
                 if stopper:
                     summary["stopped"] = stopper.why
@@ -1377,6 +1589,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", action="store_true",
                         help="also run the unit tests, GPU branches included (a part of their "
                              "own, beside the chapters that measure no time)")
+    parser.add_argument("--cold-kernels", action="store_true",
+                        help="start each chapter's kernel at its turn, as a reader's run does "
+                             "(by default every kernel starts, and imports its chapter's "
+                             "packages, all at once before the benchmark)")
     parser.add_argument("--resume", action="store_true",
                         help="skip the chapters already recorded on this machine for their "
                              "current code, and keep their pages")

@@ -24,6 +24,19 @@ from tools import gpu_report as report
 
 REAL_EXECUTE = report.execute  # the lanes fixture stubs it
 
+
+def taking_turns(fake):
+    """``fake(path, timeout)`` as a stand-in for ``report.execute`` that keeps to its turn as
+    the real one does: a chapter of the lane that runs alone 'starts its kernel' at once and
+    runs when the lane says so (or never, if the run is stopped first: NotRun)."""
+    def execute(path: Path, timeout: int, turn=None):
+        if turn is not None:
+            turn.warm_up = {"seconds": 0.0, "imports": []}
+            turn.warmed.set()
+            turn.wait()
+        return fake(path, timeout)
+    return execute
+
 SCRIPT = ROOT / "tools" / "gpu_report.py"
 CHAPTER = ROOT / "chapters" / "01_devices.ipynb"
 RECORDED = sorted((ROOT / "results" / "pages").glob("*/*.ipynb"))
@@ -384,7 +397,7 @@ def test_a_report_in_parts_keeps_what_each_part_recorded_and_resume_completes_it
         ran.append(path.stem)
         return True, ""
 
-    monkeypatch.setattr(report, "execute", fake_execute)
+    monkeypatch.setattr(report, "execute", taking_turns(fake_execute))
     chapters = tmp_path / "chapters"
     chapters.mkdir()
     two = ["01_a", "02_b"]
@@ -564,7 +577,7 @@ def lanes(in_process, monkeypatch, tmp_path):
             spans[path.stem] = (start, time.monotonic())
         return True, ""
 
-    monkeypatch.setattr(report, "execute", fake_execute)
+    monkeypatch.setattr(report, "execute", taking_turns(fake_execute))
     chapters = tmp_path / "chapters"
     chapters.mkdir()
     stems = ["01_devices", "03_matmul", "05_mnist", "07_data_parallel", "08_device_pitfalls"]
@@ -961,7 +974,7 @@ def test_pages_logs_and_result_files_name_no_folder_of_the_machine(lanes, monkey
         (lanes["tmp"] / "w" / "tests.xml").write_text(f'<testsuite file="{text}"/>')
         return 0
 
-    monkeypatch.setattr(report, "execute", printing_execute)
+    monkeypatch.setattr(report, "execute", taking_turns(printing_execute))
     monkeypatch.setattr(report, "run_logged", logging_run)
     assert report.main([*lanes["args"], "--workers", "2", "--tests"]) == 0
     written = [p for folder in ("w", "r") for p in (lanes["tmp"] / folder).rglob("*")
@@ -1146,7 +1159,7 @@ def test_a_signal_stops_the_run_which_still_says_what_it_did_and_packs_it(lanes,
             assert report._stopper.event.wait(30)
         return True, ""
 
-    monkeypatch.setattr(report, "execute", interrupted_execute)
+    monkeypatch.setattr(report, "execute", taking_turns(interrupted_execute))
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     archive = lanes["tmp"] / "run.tar.xz"
     assert report.main([*lanes["args"], "--workers", "2", "--tests",
@@ -1169,7 +1182,7 @@ def test_the_summary_names_no_folder_of_the_machine_even_in_a_coloured_traceback
     home = str(Path.home())
     error = (f"\x1b[36mFile \x1b[39m\x1b[32m{report.ROOT}/helpers/checks.py:87\x1b[39m, in "
              f"expect\n\x1b[32m{home}/.cache/x.py:1\x1b[39m\nClaimNotMet: not here\n")
-    monkeypatch.setattr(report, "execute", lambda path, timeout: (False, error))
+    monkeypatch.setattr(report, "execute", taking_turns(lambda path, timeout: (False, error)))
     assert report.main([*lanes["args"], "--chapters", "03_matmul"]) == 1
     text = (lanes["tmp"] / "w" / "report.json").read_text()
     assert str(report.ROOT) not in text and home not in text
@@ -1208,6 +1221,146 @@ def test_a_kernel_runs_on_ipc_sockets_and_prints_no_warning(capfd, tmp_path):
     nb = nbformat.read(path, as_version=4)
     assert nb.cells[1].outputs[0]["text"].strip() == str(path.parent), "run in its own folder"
     assert not list(path.parent.glob("*ipc*")), "no socket left beside the chapter"
+
+
+# Kernels started before their turns (the lane of chapters that run alone) ---------------
+
+def test_the_packages_warmed_up_are_those_a_chapter_imports_at_the_top_of_a_cell():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("try:\n    import helpers\nexcept ImportError:\n"
+                                  "    %pip install x\n    import helpers"),
+        nbformat.v4.new_code_cell("from torch.utils.data import DataLoader\n"
+                                  "import math, matplotlib.pyplot as plt\n"
+                                  "from helpers.training import progress\n"
+                                  "import helpers.timing\nfrom helpers.training import fit"),
+        nbformat.v4.new_code_cell("%%gpu_only\nimport lightning"),
+        nbformat.v4.new_code_cell("def f():\n    import accelerate\nif f:\n    import pandas"),
+        nbformat.v4.new_markdown_cell("import torchvision"),
+        nbformat.v4.new_code_cell("this is not python (")])
+    assert report.warm_imports(nb) == ["helpers", "torch", "matplotlib.pyplot",
+                                       "helpers.training", "helpers.timing"]
+
+
+@pytest.mark.parametrize("chapter", sorted((ROOT / "chapters").glob("[0-9]*.ipynb")),
+                         ids=lambda p: p.stem)
+def test_every_chapters_kernel_warms_up_with_the_helpers_its_setup_cell_imports(chapter):
+    modules = report.warm_imports(nbformat.read(chapter, as_version=4))
+    assert modules[0] == "helpers"
+    assert all(m in report.WARM_IMPORTS or m.startswith("helpers.") for m in modules), modules
+
+
+def _turn_in_a_thread(path: Path, turn):
+    import threading
+
+    result: list = []
+
+    def run():
+        try:
+            result.append(REAL_EXECUTE(path, 300, turn))
+        except report.NotRun as exc:
+            result.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert turn.warmed.wait(120), "the kernel never warmed up"
+    return thread, result
+
+
+def test_a_kernel_started_before_its_turn_has_imported_the_chapters_packages_silently(tmp_path):
+    """The chapter runs at its turn, in the kernel started before it: its packages are already
+    imported, its first cell is still [1], and its seconds count from its turn."""
+    import time
+
+    path = tmp_path / "warm.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Warm"),
+        nbformat.v4.new_code_cell("import sys\nprint([m for m in ('pandas', 'torch') "
+                                  "if m in sys.modules])"),
+        nbformat.v4.new_code_cell("import pandas\nimport os\nprint(os.getcwd())")]), path)
+    turn = report.Turn(lambda: False)
+    thread, result = _turn_in_a_thread(path, turn)
+    assert turn.warm_up["imports"] == ["pandas"] and turn.warm_up["seconds"] > 0
+    assert "started_again_cold" not in turn.warm_up
+    time.sleep(0.5)
+    assert thread.is_alive() and turn.started is None, "it waits for its turn"
+    go = time.perf_counter()
+    turn.go()
+    thread.join(120)
+    ((ok, error),) = result
+    assert ok, error
+    assert turn.started >= go
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[1].outputs[0]["text"] == "['pandas']\n", "imported before its turn, alone"
+    assert [c.execution_count for c in cells[1:]] == [1, 2], "the warm-up used no count"
+    assert cells[2].outputs[0]["text"].strip() == str(path.parent), "in the chapter's folder"
+
+
+def test_a_warm_up_that_prints_is_undone_and_the_chapter_runs_in_a_fresh_kernel(
+        monkeypatch, tmp_path):
+    """An import that warns would have shown the warning under the chapter's own cell: that
+    kernel is killed, and the chapter runs in a fresh one, which shows it where it belongs."""
+    monkeypatch.setattr(report, "WARM_IMPORTS", (*report.WARM_IMPORTS, "noisy"))
+    (tmp_path / "noisy.py").write_text("import warnings\nwarnings.warn('noisy on import')\n")
+    path = tmp_path / "cold.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Cold"),
+        nbformat.v4.new_code_cell("import sys\nprint('noisy' in sys.modules)"),
+        nbformat.v4.new_code_cell("import noisy")]), path)
+    turn = report.Turn(lambda: False)
+    thread, result = _turn_in_a_thread(path, turn)
+    assert "noisy on import" in turn.warm_up["started_again_cold"]
+    turn.go()
+    thread.join(120)
+    ((ok, error),) = result
+    assert ok, error
+    cells = nbformat.read(path, as_version=4).cells
+    assert cells[1].outputs[0]["text"] == "False\n", "a fresh kernel"
+    assert "noisy on import" in cells[2].outputs[0]["text"], "the warning under its cell"
+
+
+def test_a_run_stopped_before_a_chapters_turn_kills_its_waiting_kernel(monkeypatch, tmp_path):
+    stopper = report.Stopper()
+    monkeypatch.setattr(report, "_stopper", stopper)
+    path = tmp_path / "never.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Never"), nbformat.v4.new_code_cell("x = 1")]), path)
+    turn = report.Turn(lambda: bool(stopper))
+    thread, result = _turn_in_a_thread(path, turn)
+    (km,) = stopper._kernels
+    pid = km.provisioner.pid
+    stopper.stop("a test")
+    thread.join(60)
+    assert not thread.is_alive() and isinstance(result[0], report.NotRun)
+    assert _gone(pid) and not stopper._kernels
+    assert nbformat.read(path, as_version=4).cells[1].outputs == [], "no cell ran"
+
+
+def test_every_chapters_kernel_starts_before_the_benchmark(lanes, monkeypatch):
+    """All at once, before the benchmark starts; each chapter's seconds count from its turn;
+    --cold-kernels starts each at its turn instead."""
+    import time
+
+    events: list[tuple[str, float]] = []
+
+    def bench(command, env, log, echo, stopper=None):
+        events.append(("benchmark", time.monotonic()))
+        return 0
+
+    monkeypatch.setattr(report, "run_logged", bench)
+    args = [a for a in lanes["args"] if a != "--no-bench"]
+    assert report.main([*args, "--quick", "--workers", "3"]) == 0
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    for stem in lanes["stems"]:
+        chapter = summary["chapters"][stem]
+        assert chapter["kernel_started_early"] == {"seconds": 0.0, "imports": []}
+        assert 0.3 <= chapter["seconds"] < 0.55, "from its turn: 05 waited 0.3 s for 03"
+        assert lanes["spans"][stem][0] > events[0][1]
+    assert summary["chapters"]["01_devices"]["ran"] == "beside other chapters (3 at a time)"
+    assert "kernels started early" in summary["parts_seconds"]
+    assert report.main([*args, "--quick", "--workers", "3", "--cold-kernels"]) == 0
+    summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
+    assert "kernel_started_early" not in summary["chapters"]["03_matmul"]
+    assert "kernels started early" not in summary["parts_seconds"]
 
 
 def test_a_stop_kills_a_running_chapters_kernel_and_the_chapter_says_so(monkeypatch, tmp_path):
@@ -1269,9 +1422,16 @@ def test_the_reports_signal_handlers_outlive_a_real_chapter(lanes, monkeypatch):
 
     seen = {}
 
-    def execute(path: Path, timeout: int):
+    def handlers(path: Path) -> None:
         seen[path.stem] = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
-        return REAL_EXECUTE(path, timeout) if path.stem == "03_matmul" else (True, "")
+
+    def execute(path: Path, timeout: int, turn=None):
+        if path.stem == "03_matmul":
+            handlers(path)
+            return REAL_EXECUTE(path, timeout, turn)
+        # at its turn, after the real chapter
+        return taking_turns(lambda path, timeout: handlers(path) or (True, ""))(
+            path, timeout, turn)
 
     monkeypatch.setattr(report, "execute", execute)
     before = signal.getsignal(signal.SIGINT)
@@ -1288,7 +1448,7 @@ def test_a_stop_that_comes_while_the_archive_is_packed_leaves_the_archive(lanes,
     def outer(signum, frame):
         raise RuntimeError("the report's handlers were put back before packing")
 
-    monkeypatch.setattr(report, "execute", lambda path, timeout: (False, "boom"))
+    monkeypatch.setattr(report, "execute", taking_turns(lambda path, timeout: (False, "boom")))
     real_pack = report.pack
 
     def signalled_pack(*args, **kwargs):
