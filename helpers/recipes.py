@@ -547,6 +547,12 @@ def _busy_from_events(events: object, steps: int, index: int) -> DeviceBusy:
     spans = sorted((e.time_range.start, e.time_range.end) for e in events  # type: ignore[attr-defined]
                    if e.device_type == DeviceType.CUDA and not e.is_user_annotation
                    and e.device_index == index)
+    if not spans:  # every training step runs kernels: the profiler did not see them
+        raise RuntimeError(
+            f"the profiler recorded no GPU work on cuda:{index} in {steps} step(s). CUPTI, "
+            "which records it, may be unavailable to this user (NVIDIA's ERR_NVGPUCTRPERM). "
+            "helpers hides the profiler's own messages (KINETO_LOG_LEVEL=6): set "
+            "KINETO_LOG_LEVEL=0 before importing helpers to read them")
     busy, end = 0.0, -math.inf
     for start, stop in spans:  # the union of the spans: overlapping work counts once
         if stop > end:

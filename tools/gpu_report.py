@@ -60,7 +60,8 @@ import tarfile
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -555,9 +556,10 @@ def kernel_transport(km) -> str | None:
 #: What a chapter's kernel imports before its turn (:class:`Turn`), where the chapter imports it
 #: at the top level of a code cell (:func:`warm_imports`): the packages whose first import takes
 #: seconds, and the book's own modules (``helpers.training`` imports torchmetrics: 2.8 s on a
-#: CPU). The chapter's own cells still run every import (then at once).
-WARM_IMPORTS = ("helpers", "torch", "torchvision", "torchmetrics", "pandas", "matplotlib.pyplot",
-                "lightning", "accelerate")
+#: CPU). The chapter's own cells still run every import (then at once). Not Lightning: its
+#: import sets PYTORCH_NVML_BASED_CUDA_CHECK, which would reach the cells before chapter 10's
+#: own import (:data:`WARM_ENVIRONMENT`).
+WARM_IMPORTS = ("helpers", "torch", "torchvision", "torchmetrics", "pandas", "matplotlib.pyplot")
 
 
 def warm_imports(nb) -> list[str]:
@@ -615,43 +617,94 @@ class Turn:
     def go(self) -> None:
         self._go.set()
 
+    def stopped(self) -> bool:
+        return bool(self._stopped())
+
     def wait(self) -> None:
         """Return when the chapter's turn comes; raise :class:`NotRun` if the run is stopped
         first."""
         while not self._go.wait(0.1):
-            if self._stopped():
+            if self.stopped():
                 raise NotRun
-        if self._stopped():
+        if self.stopped():
             raise NotRun
         self.started = time.perf_counter()
 
 
-def _warm_up(client: Any, modules: list[str], timeout: int) -> str:
+#: What a warm-up may change in the kernel's environment: helpers sets KINETO_LOG_LEVEL as the
+#: setup cell (the first) would; importing torchvision sets TORCHINDUCTOR_CACHE_DIR to the
+#: folder torch uses anyway. Any other change (``import lightning`` sets
+#: PYTORCH_NVML_BASED_CUDA_CHECK) would reach cells that run before the chapter's own import.
+WARM_ENVIRONMENT = ("KINETO_LOG_LEVEL", "TORCHINDUCTOR_CACHE_DIR")
+
+#: Run silently in a warmed kernel: imports the modules without binding a name in the
+#: chapter's namespace, and prints what they changed in the environment (nothing, if all goes
+#: well; anything printed undoes the warm-up).
+WARM_UP_CODE = """\
+def _book_warm_up(names, allowed):
+    import importlib, os
+    before = dict(os.environ)
+    for name in names:
+        importlib.import_module(name)
+    changed = sorted(k for k in set(before) | set(os.environ)
+                     if before.get(k) != os.environ.get(k) and k not in allowed)
+    if changed:
+        print("importing", ", ".join(names), "changed the environment:", ", ".join(changed))
+_book_warm_up({names!r}, {allowed!r})
+del _book_warm_up
+"""
+
+
+def _warm_up(client: Any, modules: list[str], timeout: int, stopped: Any) -> str:
     """Start ``client``'s kernel (in the chapter's folder, with :func:`kernel_env`) and import
-    ``modules`` there silently: no execution count is used, nothing is kept in the history.
-    Returns what the imports printed (a warning, an error), or ``""``."""
+    ``modules`` there silently: no execution count is used, nothing is kept in the history, no
+    name is bound. Returns what the imports printed (a warning, an error, a change to the
+    environment), or ``""``. Raises :class:`NotRun` as soon as ``stopped()`` says so, and
+    RuntimeError if the kernel dies or takes ``timeout`` seconds: the caller never waits on a
+    dead kernel (jupyter_client's own execute_interactive would, until its timeout)."""
+    from queue import Empty
+
     from jupyter_core.utils import run_sync
 
     client.start_new_kernel(env=kernel_env())
     client.start_new_kernel_client()
     if not modules:
         return ""
+    kc = client.kc
+    msg_id = kc.execute(WARM_UP_CODE.format(names=modules, allowed=WARM_ENVIRONMENT),
+                        silent=True, store_history=False, allow_stdin=False)
     printed: list[str] = []
-
-    def keep(msg: dict[str, Any]) -> None:
-        content = msg["content"]
-        if msg["msg_type"] == "stream":
+    deadline = time.monotonic() + timeout
+    idle = replied = False
+    while not (idle and replied):
+        if stopped():
+            raise NotRun
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"importing {', '.join(modules)} took over {timeout} s")
+        if not run_sync(client.km.is_alive)():
+            raise RuntimeError(f"the kernel died importing {', '.join(modules)}")
+        try:
+            if not replied:
+                reply = run_sync(kc.get_shell_msg)(timeout=0.2)
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    replied = True
+                    if reply["content"]["status"] != "ok":
+                        printed.append(f"{reply['content'].get('ename')}: "
+                                       f"{reply['content'].get('evalue')}\n")
+            msg = run_sync(kc.get_iopub_msg)(timeout=0.2)
+        except Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "status":
+            idle = content["execution_state"] == "idle"
+        elif kind == "stream":
             printed.append(content["text"])
-        elif msg["msg_type"] == "error":
+        elif kind == "error":
             printed.append(f"{content['ename']}: {content['evalue']}\n")
-        elif msg["msg_type"] in ("display_data", "execute_result"):
-            printed.append(content.get("data", {}).get("text/plain", msg["msg_type"]) + "\n")
-
-    reply = run_sync(client.kc.execute_interactive)(
-        "\n".join(f"import {m}" for m in modules), silent=True, store_history=False,
-        output_hook=keep, timeout=timeout)
-    if reply["content"]["status"] != "ok" and not printed:
-        printed.append(f"{reply['content'].get('ename')}: {reply['content'].get('evalue')}\n")
+        elif kind in ("display_data", "execute_result"):
+            printed.append(content.get("data", {}).get("text/plain", kind) + "\n")
     return "".join(printed)
 
 
@@ -692,23 +745,30 @@ def execute(path: Path, timeout: int, turn: Turn | None = None) -> tuple[bool, s
     error = ""
     try:
         if turn is not None:
+            # Whatever happens here, the chapter waits for its turn (or the run's end): the
+            # lanes decide when it runs, and what it ran beside.
+            def stopped() -> bool:
+                return bool(stopper) or turn.stopped()
+
             tic = time.perf_counter()
-            modules = warm_imports(nb)
-            printed = ""
+            printed, modules = "", []
             try:
-                if not stopper:
-                    printed = _warm_up(client, modules, timeout)
-            except Exception as exc:  # a kernel that did not start: a fresh one at the turn
+                modules = warm_imports(nb)
+                printed = _warm_up(client, modules, timeout, stopped)
+            except NotRun:
+                pass
+            except Exception as exc:  # no kernel, or a dead one: a fresh one at the turn
                 printed = f"{type(exc).__name__}: {exc}"
             finally:
                 turn.warm_up = {"seconds": round(time.perf_counter() - tic, 1),
                                 "imports": modules}
                 turn.warmed.set()
-            if stopper:
+            if stopped():
                 raise NotRun
             if printed:
                 turn.warm_up["started_again_cold"] = printed[-500:]
-                client._cleanup_kernel()
+                if client.km is not None:  # nbclient ends a kernel that never got ready
+                    client._cleanup_kernel()
                 kms.append(new_kernel_manager())
             turn.wait()
         if stopper:
@@ -906,6 +966,7 @@ def record(args: argparse.Namespace) -> int:
     tests_log = args.work / "tests.log"
     turns: dict[Path, Turn] = {}
     warm_pool = None
+    run_order: list[Path] = []  # the lanes' order: the alone lane's, then the others
     try:
         os.environ["BOOK_STRICT"] = "1"  # the chapters' timing claims are strict here
         if args.no_chapters:
@@ -980,6 +1041,7 @@ def record(args: argparse.Namespace) -> int:
         # time, beside the unit tests (their own part, with --test-workers).
         alone = [c for c in chosen if runs_alone(c.stem, run["gpu_count"])]
         beside = [c for c in chosen if c not in alone]
+        run_order += alone + beside
         # What the chapters that run side by side ran beside: known once the tests start.
         beside_ran: dict[str, Any] = {}
         started_early: dict[Path, Any] = {}
@@ -1007,7 +1069,7 @@ def record(args: argparse.Namespace) -> int:
             if not out_of_time():
                 (pages / source.name).unlink(missing_ok=True)
             turns[source].go()
-            started_early[source].result()
+            _result(started_early[source])
 
         if args.no_bench:
             summary["benchmark"] = {"skipped": "--no-bench"}
@@ -1040,7 +1102,8 @@ def record(args: argparse.Namespace) -> int:
             # so a signal would no longer stop the run (catch_signals) but end the report
             # unpacked.
             with ThreadPoolExecutor(1) as pool:
-                list(pool.map(lambda source: record_chapter(source, {"ran": "alone"}), alone))
+                for source in alone:
+                    _result(pool.submit(record_chapter, source, {"ran": "alone"}))
         clock["chapters alone"] = time.monotonic() - tic
         tic = time.monotonic()
         if args.tests:
@@ -1072,11 +1135,13 @@ def record(args: argparse.Namespace) -> int:
             ["the unit tests"] if tests else [])
         beside_ran["ran"] = "beside " + " and ".join(others) if others else "alone"
         with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(take_turn if turns else (
-                lambda source: record_chapter(source, beside_ran)), beside))
+            for future in [pool.submit(take_turn, source) if turns else
+                           pool.submit(record_chapter, source, beside_ran) for source in beside]:
+                _result(future)
         clock["chapters side by side"] = time.monotonic() - tic
         if tests is not None:
-            tests.join()
+            while tests.is_alive():  # in steps, as _result
+                tests.join(0.2)
             clock["tests"] = summary["tests"]["seconds"]
     except BaseException as failure:
         # The report itself failed or was told twice to stop: stop what runs, keep the rest.
@@ -1104,7 +1169,7 @@ def record(args: argparse.Namespace) -> int:
             with lock:
                 summary["parts_seconds"] = {k: round(v, 1) for k, v in clock.items()}
                 # in the run's order: chapters waiting for their turns end all at once
-                order = [c.stem for c in chosen]
+                order = [c.stem for c in run_order]
                 not_run.sort(key=lambda s: order.index(s) if s in order else len(order))
                 summary["not_run"] = list(not_run)
                 if stopper:
@@ -1152,6 +1217,17 @@ def record(args: argparse.Namespace) -> int:
     else:
         print(f"Done. Commit results/{slug}.json and results/pages/{slug}/ (never edit them).")
     return 0
+
+
+def _result(future: Future) -> Any:
+    """``future.result()``, waiting in steps of 0.2 s: Python runs a signal's handler in the
+    main thread, when it next runs Python there; a signal the system gave another thread would
+    wait for an untimed wait to end (a whole chapter), and the stop with it."""
+    while True:
+        try:
+            return future.result(timeout=0.2)
+        except FutureTimeout:
+            continue
 
 
 def tests_command(work: Path, workers: int) -> list[str]:

@@ -30,6 +30,7 @@ def reader_environment() -> dict[str, str]:
 
 
 def pytest_configure(config: Any) -> None:
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
 
     if getattr(NotebookClient, "_book_reader_kernel", False):
@@ -40,6 +41,8 @@ def pytest_configure(config: Any) -> None:
         kwargs.setdefault("env", reader_environment())
         await start(self, **kwargs)
 
+    # nbmake runs the asynchronous one; the synchronous one wraps the original, so both.
     NotebookClient.async_start_new_kernel = start_like_jupyter
+    NotebookClient.start_new_kernel = run_sync(start_like_jupyter)
     NotebookClient.shutdown_kernel.default_value = "immediate"
     NotebookClient._book_reader_kernel = True

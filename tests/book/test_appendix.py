@@ -56,6 +56,8 @@ def test_the_appendix_executes_and_names_every_machine(tmp_path, monkeypatch, gp
     import nbformat
     from nbclient import NotebookClient
 
+    from tools.nbmake_kernel import reader_environment
+
     folder = tmp_path / "results"
     folder.mkdir()
     if gpu_machines is not None:
@@ -69,7 +71,8 @@ def test_the_appendix_executes_and_names_every_machine(tmp_path, monkeypatch, gp
     client = NotebookClient(nb, timeout=600, kernel_name="python3", km=appendix_kernel,
                             resources={"metadata": {"path": str(ROOT / "chapters")}})
     try:
-        client.execute()
+        # started by the first run, as Jupyter starts it (what C++ writes to stderr shows)
+        client.execute(env=reader_environment())
     finally:
         if client.kc is not None:
             client.kc.stop_channels()

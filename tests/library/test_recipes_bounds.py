@@ -32,6 +32,14 @@ def test_busy_time_counts_overlaps_once_and_only_the_gpus_work() -> None:
     assert busy.share(0.5) == pytest.approx(0.25)
 
 
+def test_a_profile_without_gpu_work_is_an_error_that_says_where_to_look() -> None:
+    """helpers hides kineto's own messages (KINETO_LOG_LEVEL=6), a CUPTI failure's among them:
+    a profile that saw none of a step's kernels must not read as a GPU busy 0% of the time."""
+    events = [_kernel(0, 1000, kind=DeviceType.CPU), _kernel(0, 1000, index=1)]
+    with pytest.raises(RuntimeError, match="no GPU work on cuda:0.*KINETO_LOG_LEVEL=0"):
+        recipes._busy_from_events(events, steps=3, index=0)
+
+
 def test_device_busy_needs_a_cuda_gpu() -> None:
     with pytest.raises(ValueError, match="CUDA GPU"):
         recipes.device_busy(lambda: None, "cpu")
