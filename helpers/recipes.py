@@ -539,6 +539,11 @@ class DeviceBusy:
         return self.busy_ms / step_ms
 
 
+class NoGpuWorkProfiled(RuntimeError):
+    """A profile of training steps on a CUDA GPU that holds none of the GPU's work
+    (:func:`device_busy`, chapter 12): the profiler could not record the GPU."""
+
+
 def _busy_from_events(events: object, steps: int, index: int) -> DeviceBusy:
     """Busy time and operation count per step from a profile's events (CUDA device ``index``):
     every kernel, copy and fill the GPU ran, user annotations (labels) left out."""
@@ -548,11 +553,11 @@ def _busy_from_events(events: object, steps: int, index: int) -> DeviceBusy:
                    if e.device_type == DeviceType.CUDA and not e.is_user_annotation
                    and e.device_index == index)
     if not spans:  # every training step runs kernels: the profiler did not see them
-        raise RuntimeError(
-            f"the profiler recorded no GPU work on cuda:{index} in {steps} step(s). CUPTI, "
-            "which records it, may be unavailable to this user (NVIDIA's ERR_NVGPUCTRPERM). "
-            "helpers hides the profiler's own messages (KINETO_LOG_LEVEL=6): set "
-            "KINETO_LOG_LEVEL=0 before importing helpers to read them")
+        raise NoGpuWorkProfiled(
+            f"the profiler recorded no GPU work on cuda:{index} in {steps} step(s): CUPTI, "
+            "the library it records the GPU with, is missing or failed to load. helpers hides "
+            "the profiler's own messages (KINETO_LOG_LEVEL=6): set KINETO_LOG_LEVEL=0 before "
+            "importing helpers to read what it says")
     busy, end = 0.0, -math.inf
     for start, stop in spans:  # the union of the spans: overlapping work counts once
         if stop > end:

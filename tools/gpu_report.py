@@ -61,7 +61,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -642,10 +642,10 @@ WARM_ENVIRONMENT = ("KINETO_LOG_LEVEL", "TORCHINDUCTOR_CACHE_DIR")
 #: well; anything printed undoes the warm-up).
 WARM_UP_CODE = """\
 def _book_warm_up(names, allowed):
-    import importlib, os
+    import os
     before = dict(os.environ)
     for name in names:
-        importlib.import_module(name)
+        __import__(name)  # not importlib's: a warning would point into importlib, unseen
     changed = sorted(k for k in set(before) | set(os.environ)
                      if before.get(k) != os.environ.get(k) and k not in allowed)
     if changed:
@@ -674,6 +674,7 @@ def _warm_up(client: Any, modules: list[str], timeout: int, stopped: Any) -> str
     msg_id = kc.execute(WARM_UP_CODE.format(names=modules, allowed=WARM_ENVIRONMENT),
                         silent=True, store_history=False, allow_stdin=False)
     printed: list[str] = []
+    failed = ""
     deadline = time.monotonic() + timeout
     idle = replied = False
     while not (idle and replied):
@@ -688,9 +689,9 @@ def _warm_up(client: Any, modules: list[str], timeout: int, stopped: Any) -> str
                 reply = run_sync(kc.get_shell_msg)(timeout=0.2)
                 if reply["parent_header"].get("msg_id") == msg_id:
                     replied = True
-                    if reply["content"]["status"] != "ok":
-                        printed.append(f"{reply['content'].get('ename')}: "
-                                       f"{reply['content'].get('evalue')}\n")
+                    if reply["content"]["status"] != "ok":  # its traceback comes on iopub
+                        failed = (f"{reply['content'].get('ename')}: "
+                                  f"{reply['content'].get('evalue')}\n")
             msg = run_sync(kc.get_iopub_msg)(timeout=0.2)
         except Empty:
             continue
@@ -705,7 +706,7 @@ def _warm_up(client: Any, modules: list[str], timeout: int, stopped: Any) -> str
             printed.append(f"{content['ename']}: {content['evalue']}\n")
         elif kind in ("display_data", "execute_result"):
             printed.append(content.get("data", {}).get("text/plain", kind) + "\n")
-    return "".join(printed)
+    return "".join(printed) or failed
 
 
 def execute(path: Path, timeout: int, turn: Turn | None = None) -> tuple[bool, str]:
@@ -722,6 +723,7 @@ def execute(path: Path, timeout: int, turn: Turn | None = None) -> tuple[bool, s
     The kernel is killed once the last cell has replied (every output is in by then): a
     graceful shutdown waited 2-3 s for Python to tear torch down."""
     import nbformat
+    from jupyter_core.utils import run_sync
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
@@ -740,6 +742,18 @@ def execute(path: Path, timeout: int, turn: Turn | None = None) -> tuple[bool, s
         if stopper is not None:
             stopper.add_kernel(km)
         return km
+
+    def fresh_kernel(why: str) -> None:
+        """Undo a warm-up: end its kernel; nbclient starts a fresh one at the turn."""
+        turn.warm_up["started_again_cold"] = why[-500:]
+        if client.km is not None:  # nbclient ended a kernel that never got ready itself
+            try:
+                client._cleanup_kernel()
+            except Exception:  # already gone: nothing left to end
+                pass
+        if stopper is not None:
+            stopper.remove_kernel(kms[-1])
+        kms.append(new_kernel_manager())
 
     kms = [new_kernel_manager()]
     error = ""
@@ -766,11 +780,10 @@ def execute(path: Path, timeout: int, turn: Turn | None = None) -> tuple[bool, s
             if stopped():
                 raise NotRun
             if printed:
-                turn.warm_up["started_again_cold"] = printed[-500:]
-                if client.km is not None:  # nbclient ends a kernel that never got ready
-                    client._cleanup_kernel()
-                kms.append(new_kernel_manager())
+                fresh_kernel(printed)
             turn.wait()
+            if client.km is not None and not run_sync(client.km.is_alive)():
+                fresh_kernel("the kernel died while it waited for its turn")
         if stopper:
             error = "not started"
         else:
@@ -965,6 +978,7 @@ def record(args: argparse.Namespace) -> int:
     tests = None
     tests_log = args.work / "tests.log"
     turns: dict[Path, Turn] = {}
+    started_early: dict[Path, Future] = {}
     warm_pool = None
     run_order: list[Path] = []  # the lanes' order: the alone lane's, then the others
     try:
@@ -1044,7 +1058,6 @@ def record(args: argparse.Namespace) -> int:
         run_order += alone + beside
         # What the chapters that run side by side ran beside: known once the tests start.
         beside_ran: dict[str, Any] = {}
-        started_early: dict[Path, Any] = {}
         if chosen and not args.cold_kernels and not out_of_time():
             # Every chapter's kernel starts now, all at once, and imports its packages, before
             # the benchmark: then idle, they take neither a core nor the GPU from it, and in
@@ -1149,10 +1162,17 @@ def record(args: argparse.Namespace) -> int:
         raise
     finally:
         if warm_pool is not None:
-            # A run stopped before their turns: each chapter still waiting finds it stopped.
+            # A run stopped before their turns: each chapter still waiting finds it stopped
+            # and ends its kernel. Waited for in steps (see _result); told again to stop, the
+            # report packs what it has without them.
             for turn in turns.values():
                 turn.go()
-            warm_pool.shutdown(wait=True)
+            try:
+                while not all(f.done() for f in started_early.values()):
+                    futures_wait(list(started_early.values()), timeout=0.2)
+            except KeyboardInterrupt:
+                pass
+            warm_pool.shutdown(wait=False)
         if timer is not None:
             timer.cancel()
         _stopper = None
@@ -1222,12 +1242,11 @@ def record(args: argparse.Namespace) -> int:
 def _result(future: Future) -> Any:
     """``future.result()``, waiting in steps of 0.2 s: Python runs a signal's handler in the
     main thread, when it next runs Python there; a signal the system gave another thread would
-    wait for an untimed wait to end (a whole chapter), and the stop with it."""
-    while True:
-        try:
-            return future.result(timeout=0.2)
-        except FutureTimeout:
-            continue
+    wait for an untimed wait to end (a whole chapter), and the stop with it. (Not
+    ``result(timeout=...)`` in a loop: a future that raised TimeoutError would spin it.)"""
+    while not future.done():
+        futures_wait([future], timeout=0.2)
+    return future.result()
 
 
 def tests_command(work: Path, workers: int) -> list[str]:

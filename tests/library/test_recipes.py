@@ -187,6 +187,30 @@ def test_the_benchmark_times_what_chapter_12_says_it_times(monkeypatch, kind, ba
         assert busy == [] and "plain_gpu_busy_ms" not in got
 
 
+def test_a_gpu_the_profiler_cannot_see_loses_only_the_busy_figure(monkeypatch, capsys) -> None:
+    """Without CUPTI a profile holds none of the GPU's work (helpers.recipes raises
+    NoGpuWorkProfiled): the benchmark leaves that figure out, says why, and keeps the others."""
+    from types import SimpleNamespace
+
+    from bench import recipes as bench_recipes
+
+    def no_gpu_work(fn, device):
+        raise recipes.NoGpuWorkProfiled("the profiler recorded no GPU work on cuda:0")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(bench_recipes, "make_step", lambda *a, **k: (lambda: None))
+    monkeypatch.setattr(bench_recipes, "benchmark",
+                        lambda fn, **k: SimpleNamespace(median=1e-3, iqr=1e-5))
+    monkeypatch.setattr(bench_recipes, "device_busy", no_gpu_work)
+    monkeypatch.setattr(bench_recipes, "synchronize", lambda device: None)
+    got = {f.name for f in bench_recipes.run(torch.device("cuda"), quick=False)}
+    assert "plain_speedup" in got and "resnet_compile_seconds" in got
+    assert not {"plain_gpu_busy_ms", "resnet_plain_gpu_busy_ms"} & got
+    err = capsys.readouterr().err
+    assert "plain_gpu_busy_ms left out: the profiler recorded no GPU work" in err
+
+
 def test_the_residual_cnn_maps_images_to_logits_at_any_width() -> None:
     torch.manual_seed(0)
     for width in (4, 16):

@@ -36,7 +36,8 @@ def test_a_profile_without_gpu_work_is_an_error_that_says_where_to_look() -> Non
     """helpers hides kineto's own messages (KINETO_LOG_LEVEL=6), a CUPTI failure's among them:
     a profile that saw none of a step's kernels must not read as a GPU busy 0% of the time."""
     events = [_kernel(0, 1000, kind=DeviceType.CPU), _kernel(0, 1000, index=1)]
-    with pytest.raises(RuntimeError, match="no GPU work on cuda:0.*KINETO_LOG_LEVEL=0"):
+    with pytest.raises(recipes.NoGpuWorkProfiled, match="no GPU work on cuda:0.*CUPTI.*"
+                       "KINETO_LOG_LEVEL=0"):
         recipes._busy_from_events(events, steps=3, index=0)
 
 

@@ -1169,8 +1169,9 @@ def test_a_signal_stops_the_run_which_still_says_what_it_did_and_packs_it(lanes,
     summary = json.loads((lanes["tmp"] / "w" / "report.json").read_text())
     assert summary["stopped"] == "SIGINT received"
     assert summary["tests"]["not_run"] == "SIGINT received"
-    assert sorted(summary["not_run"]) == ["01_devices", "05_mnist", "07_data_parallel",
-                                          "08_device_pitfalls"]
+    # in the lanes' order: the rest of the alone lane, then the others
+    assert summary["not_run"] == ["05_mnist", "01_devices", "07_data_parallel",
+                                  "08_device_pitfalls"]
     with tarfile.open(archive) as tar:
         assert "_build/gpu-report/report.json" in tar.getnames()
 
@@ -1310,12 +1311,17 @@ def test_a_kernel_started_before_its_turn_has_imported_the_chapters_packages_sil
     assert cells[2].outputs[0]["text"].strip() == str(path.parent), "in the chapter's folder"
 
 
+@pytest.mark.parametrize("warning", [
+    "warnings.warn('noisy on import')",
+    # shown by IPython only when it points at the notebook's own code (__main__): imported
+    # through importlib, it pointed into importlib and vanished
+    "warnings.warn('noisy on import', DeprecationWarning, stacklevel=2)"])
 def test_a_warm_up_that_prints_is_undone_and_the_chapter_runs_in_a_fresh_kernel(
-        monkeypatch, tmp_path, warm_chapter):
+        monkeypatch, tmp_path, warm_chapter, warning):
     """An import that warns would have shown the warning under the chapter's own cell: that
     kernel is killed, and the chapter runs in a fresh one, which shows it where it belongs."""
     monkeypatch.setattr(report, "WARM_IMPORTS", (*report.WARM_IMPORTS, "noisy"))
-    (tmp_path / "noisy.py").write_text("import warnings\nwarnings.warn('noisy on import')\n")
+    (tmp_path / "noisy.py").write_text(f"import warnings\n{warning}\n")
     path = tmp_path / "cold.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# Cold"),
@@ -1339,7 +1345,7 @@ def test_a_warm_up_that_changes_the_environment_is_undone(monkeypatch, tmp_path,
     monkeypatch.setattr(report, "WARM_IMPORTS", (*report.WARM_IMPORTS, "setsenv"))
     (tmp_path / "setsenv.py").write_text(
         "import os\nos.environ['BOOK_TEST_SETTING'] = '1'\n"
-        "os.environ['KINETO_LOG_LEVEL'] = '6'\n")
+        "os.environ['KINETO_LOG_LEVEL'] = '5'\n")  # changed, and allowed
     path = tmp_path / "env.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# Env"),
@@ -1365,6 +1371,7 @@ def test_a_kernel_that_never_got_ready_is_replaced_at_the_turn(monkeypatch, tmp_
     async def not_ready_once(self):
         calls.append(1)
         if len(calls) == 1:  # what nbclient does when wait_for_ready times out
+            self.kc = self.km.client()  # its cleanup then drops the manager too
             await self._async_cleanup_kernel()
             raise RuntimeError("Kernel didn't respond in 60 seconds")
         return await real(self)
@@ -1393,7 +1400,9 @@ def test_a_stop_during_the_warm_up_imports_ends_the_chapter_at_once(monkeypatch,
     import time
 
     monkeypatch.setattr(report, "WARM_IMPORTS", (*report.WARM_IMPORTS, "slowimport"))
-    (tmp_path / "slowimport.py").write_text("import time\ntime.sleep(300)\n")
+    marker = tmp_path / "importing"
+    (tmp_path / "slowimport.py").write_text(
+        f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(300)\n")
     path = tmp_path / "slow.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# Slow"), nbformat.v4.new_code_cell("import slowimport")]),
@@ -1415,11 +1424,9 @@ def test_a_stop_during_the_warm_up_imports_ends_the_chapter_at_once(monkeypatch,
     thread.start()
     try:
         deadline = time.monotonic() + 60
-        while not any(getattr(getattr(km, "provisioner", None), "pid", None)
-                      for km in stopper._kernels):
-            assert time.monotonic() < deadline, "the kernel never started"
+        while not marker.exists():
+            assert time.monotonic() < deadline, "the warm-up never reached the imports"
             time.sleep(0.1)
-        time.sleep(3)  # into the imports
         assert not turn.warmed.is_set()
         tic = time.monotonic()
     finally:
