@@ -15,7 +15,7 @@ Figures, per step ``<key>`` (``tutorial``, ``device_data``, ``one_cycle``, ``bn_
 :data:`QUICK_SEEDS`), their ``final_mean_test_accuracy`` and ``final_max_train_s``;
 ``last_over_tutorial`` (the last step's images/s over the tutorial's); on CUDA, the
 diagnostic: ``device_data_busy_share`` and ``precision_busy_share`` (the share of a step's
-wall time the GPU is busy).
+wall time the GPU is busy; left out, saying why, where the profiler cannot see the GPU).
 
 On an accelerator the steps train on all 60,000 training images and test on all 10,000. On the
 CPU (and with ``quick=True`` anywhere) every step runs a short version on

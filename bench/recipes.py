@@ -23,7 +23,8 @@ Figures, for each recipe that applies to the device (see :func:`recipes_for`):
   elsewhere), without the two input-pipeline recipes;
 - on CUDA, ``plain_gpu_busy_ms`` and ``resnet_plain_gpu_busy_ms``: how long the GPU's kernels
   and copies ran per plain step (:func:`device_busy`); divided by ``plain_step_ms``, the share
-  of the step the GPU was busy.
+  of the step the GPU was busy (left out, saying why, where the profiler cannot see the GPU:
+  :class:`helpers.recipes.NoGpuWorkProfiled`).
 
 Recipes: ``plain``; ``bf16_autocast`` (left out on CUDA GPUs below compute capability 8.0,
 see :func:`bf16_is_fast`); ``channels_last``; on CUDA also ``fp16_autocast_gradscaler``,

@@ -590,9 +590,15 @@ def warm_imports(nb) -> list[str]:
                 found += [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 found.append(node.module)
-    heavy = [m for m in WARM_IMPORTS if any(f == m or f.startswith(m + ".") for f in found)]
-    book = [f for f in dict.fromkeys(found) if f.startswith("helpers.")]
-    return heavy + book
+    # In the chapter's order: a package imported first by another (torchmetrics imports
+    # matplotlib.pyplot) would point its import-time warnings there, not at the chapter.
+    chosen: list[str] = []
+    for f in found:
+        name = f if f.startswith("helpers.") else next(
+            (m for m in WARM_IMPORTS if f == m or f.startswith(m + ".")), None)
+        if name is not None and name not in chosen:
+            chosen.append(name)
+    return chosen
 
 
 class NotRun(Exception):
@@ -782,7 +788,9 @@ def execute(path: Path, timeout: int, turn: Turn | None = None) -> tuple[bool, s
             if printed:
                 fresh_kernel(printed)
             turn.wait()
-            if client.km is not None and not run_sync(client.km.is_alive)():
+            # (a manager fresh_kernel made has no kernel yet: nbclient starts it)
+            if (client.km is not None and client.km.has_kernel
+                    and not run_sync(client.km.is_alive)()):
                 fresh_kernel("the kernel died while it waited for its turn")
         if stopper:
             error = "not started"

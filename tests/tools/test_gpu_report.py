@@ -1230,7 +1230,8 @@ def test_the_packages_warmed_up_are_those_a_chapter_imports_at_the_top_of_a_cell
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("try:\n    import helpers\nexcept ImportError:\n"
                                   "    %pip install x\n    import helpers"),
-        nbformat.v4.new_code_cell("from torch.utils.data import DataLoader\n"
+        nbformat.v4.new_code_cell("import pandas as pd\n"
+                                  "from torch.utils.data import DataLoader\n"
                                   "import math, matplotlib.pyplot as plt\n"
                                   "from helpers.training import progress\n"
                                   "import helpers.timing\nfrom helpers.training import fit"),
@@ -1238,7 +1239,9 @@ def test_the_packages_warmed_up_are_those_a_chapter_imports_at_the_top_of_a_cell
         nbformat.v4.new_code_cell("def f():\n    import accelerate\nif f:\n    import pandas"),
         nbformat.v4.new_markdown_cell("import torchvision"),
         nbformat.v4.new_code_cell("this is not python (")])
-    assert report.warm_imports(nb) == ["helpers", "torch", "matplotlib.pyplot",
+    # in the chapter's order (torchmetrics imports matplotlib.pyplot: imported first there, a
+    # warning of pyplot's would point at torchmetrics and be hidden)
+    assert report.warm_imports(nb) == ["helpers", "pandas", "torch", "matplotlib.pyplot",
                                        "helpers.training", "helpers.timing"]
 
 
@@ -1333,6 +1336,7 @@ def test_a_warm_up_that_prints_is_undone_and_the_chapter_runs_in_a_fresh_kernel(
     thread.join(120)
     ((ok, error),) = result
     assert ok, error
+    assert "noisy on import" in turn.warm_up["started_again_cold"], "the reason, kept"
     cells = nbformat.read(path, as_version=4).cells
     assert cells[1].outputs[0]["text"] == "False\n", "a fresh kernel"
     assert "noisy on import" in cells[2].outputs[0]["text"], "the warning under its cell"
@@ -1357,6 +1361,7 @@ def test_a_warm_up_that_changes_the_environment_is_undone(monkeypatch, tmp_path,
     turn.go()
     thread.join(120)
     assert result[0][0], result
+    assert turn.warm_up["started_again_cold"] == undone, "the reason, kept"
     assert nbformat.read(path, as_version=4).cells[1].outputs[0]["text"] == "None\n"
 
 
@@ -1391,7 +1396,53 @@ def test_a_kernel_that_never_got_ready_is_replaced_at_the_turn(monkeypatch, tmp_
     thread.join(120)
     ((ok, error),) = result
     assert ok, error
+    assert "didn't respond" in turn.warm_up["started_again_cold"], "the reason, kept"
     assert nbformat.read(path, as_version=4).cells[1].outputs[0]["text"] == "42\n"
+
+
+def test_a_kernel_that_dies_while_it_waits_is_replaced_at_the_turn(monkeypatch, tmp_path,
+                                                                    warm_chapter):
+    """Idle kernels wait through the benchmark (the out-of-memory killer may take one): the
+    chapter runs in a fresh kernel at its turn, and the summary says why."""
+    import signal
+    import time
+
+    stopper = report.Stopper()
+    monkeypatch.setattr(report, "_stopper", stopper)
+    path = tmp_path / "killed.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# Killed"), nbformat.v4.new_code_cell("print(6 * 7)")]),
+        path)
+    turn, thread, result = warm_chapter(path, lambda: bool(stopper))
+    (km,) = stopper._kernels
+    pid = km.provisioner.pid
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    # dead once waitable: its leader shows as a zombie while its other threads still exit
+    while km.provisioner.process.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    turn.go()
+    thread.join(120)
+    ((ok, error),) = result
+    assert ok, (error, turn.warm_up)
+    assert turn.warm_up["started_again_cold"] == "the kernel died while it waited for its turn"
+    assert nbformat.read(path, as_version=4).cells[1].outputs[0]["text"] == "42\n"
+    assert not stopper._kernels
+
+
+def test_waiting_for_a_chapter_ends_when_it_raised_even_a_timeout_error():
+    """concurrent.futures.TimeoutError is the builtin one (Python 3.11): a chapter's thread
+    that raised it must not look like a wait that timed out, over and over."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def times_out():
+        raise TimeoutError("a disk")
+
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(times_out)
+        with pytest.raises(TimeoutError, match="a disk"):
+            report._result(future)
 
 
 def test_a_stop_during_the_warm_up_imports_ends_the_chapter_at_once(monkeypatch, tmp_path):
