@@ -1253,17 +1253,26 @@ def test_every_chapters_kernel_warms_up_with_the_helpers_its_setup_cell_imports(
     assert all(m in report.WARM_IMPORTS or m.startswith("helpers.") for m in modules), modules
 
 
+def _chapter(path: Path, *code: str) -> Path:
+    """A one-page chapter at ``path``: a title, then a code cell for each of ``code``."""
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell(f"# {path.stem}"),
+        *(nbformat.v4.new_code_cell(source) for source in code)]), path)
+    return path
+
+
 @pytest.fixture
 def warm_chapter():
-    """``start(path, stopped=None) -> (turn, thread, result)``: a real chapter whose kernel
-    starts and warms up in a thread of its own, then waits for ``turn.go()``. When the test
+    """``start(path, stopped=None, warmed=True) -> (turn, thread, result)``: a real chapter
+    whose kernel starts and warms up in a thread of its own (returned once it has, unless
+    ``warmed=False``), then waits for ``turn.go()``. When the test
     ends, every such turn is stopped: a failed test leaves no kernel waiting."""
     import threading
 
     ended = threading.Event()
     threads: list[threading.Thread] = []
 
-    def start(path: Path, stopped=None):
+    def start(path: Path, stopped=None, *, warmed: bool = True):
         turn = report.Turn(lambda: ended.is_set() or bool(stopped and stopped()))
         result: list = []
 
@@ -1276,7 +1285,8 @@ def warm_chapter():
         thread = threading.Thread(target=run, daemon=True)
         threads.append(thread)
         thread.start()
-        assert turn.warmed.wait(120), "the kernel never warmed up"
+        if warmed:
+            assert turn.warmed.wait(120), "the kernel never warmed up"
         return turn, thread, result
 
     yield start
@@ -1325,11 +1335,8 @@ def test_a_warm_up_that_prints_is_undone_and_the_chapter_runs_in_a_fresh_kernel(
     kernel is killed, and the chapter runs in a fresh one, which shows it where it belongs."""
     monkeypatch.setattr(report, "WARM_IMPORTS", (*report.WARM_IMPORTS, "noisy"))
     (tmp_path / "noisy.py").write_text(f"import warnings\n{warning}\n")
-    path = tmp_path / "cold.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Cold"),
-        nbformat.v4.new_code_cell("import sys\nprint('noisy' in sys.modules)"),
-        nbformat.v4.new_code_cell("import noisy")]), path)
+    path = _chapter(tmp_path / "cold.ipynb", "import sys\nprint('noisy' in sys.modules)",
+                    "import noisy")
     turn, thread, result = warm_chapter(path)
     assert "noisy on import" in turn.warm_up["started_again_cold"]
     turn.go()
@@ -1350,11 +1357,8 @@ def test_a_warm_up_that_changes_the_environment_is_undone(monkeypatch, tmp_path,
     (tmp_path / "setsenv.py").write_text(
         "import os\nos.environ['BOOK_TEST_SETTING'] = '1'\n"
         "os.environ['KINETO_LOG_LEVEL'] = '5'\n")  # changed, and allowed
-    path = tmp_path / "env.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Env"),
-        nbformat.v4.new_code_cell("import os\nprint(os.environ.get('BOOK_TEST_SETTING'))"),
-        nbformat.v4.new_code_cell("import setsenv")]), path)
+    path = _chapter(tmp_path / "env.ipynb",
+                    "import os\nprint(os.environ.get('BOOK_TEST_SETTING'))", "import setsenv")
     turn, thread, result = warm_chapter(path)
     undone = turn.warm_up["started_again_cold"]
     assert "changed the environment: BOOK_TEST_SETTING\n" in undone, undone
@@ -1385,10 +1389,7 @@ def test_a_kernel_that_never_got_ready_is_replaced_at_the_turn(monkeypatch, tmp_
 
     monkeypatch.setattr(NotebookClient, "async_start_new_kernel_client", not_ready_once)
     monkeypatch.setattr(NotebookClient, "start_new_kernel_client", run_sync(not_ready_once))
-    path = tmp_path / "late.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Late"), nbformat.v4.new_code_cell("print(6 * 7)")]),
-        path)
+    path = _chapter(tmp_path / "late.ipynb", "print(6 * 7)")
     turn, thread, result = warm_chapter(path)
     assert "didn't respond" in turn.warm_up["started_again_cold"]
     assert thread.is_alive() and not result, "it waits for its turn"
@@ -1409,10 +1410,7 @@ def test_a_kernel_that_dies_while_it_waits_is_replaced_at_the_turn(monkeypatch, 
 
     stopper = report.Stopper()
     monkeypatch.setattr(report, "_stopper", stopper)
-    path = tmp_path / "killed.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Killed"), nbformat.v4.new_code_cell("print(6 * 7)")]),
-        path)
+    path = _chapter(tmp_path / "killed.ipynb", "print(6 * 7)")
     turn, thread, result = warm_chapter(path, lambda: bool(stopper))
     (km,) = stopper._kernels
     pid = km.provisioner.pid
@@ -1445,7 +1443,8 @@ def test_waiting_for_a_chapter_ends_when_it_raised_even_a_timeout_error():
             report._result(future)
 
 
-def test_a_stop_during_the_warm_up_imports_ends_the_chapter_at_once(monkeypatch, tmp_path):
+def test_a_stop_during_the_warm_up_imports_ends_the_chapter_at_once(monkeypatch, tmp_path,
+                                                                     warm_chapter):
     """jupyter_client's execute_interactive waits for a killed kernel until its timeout: the
     warm-up reads the kernel's messages in short steps, and sees the stop."""
     import time
@@ -1454,25 +1453,10 @@ def test_a_stop_during_the_warm_up_imports_ends_the_chapter_at_once(monkeypatch,
     marker = tmp_path / "importing"
     (tmp_path / "slowimport.py").write_text(
         f"import pathlib, time\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(300)\n")
-    path = tmp_path / "slow.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Slow"), nbformat.v4.new_code_cell("import slowimport")]),
-        path)
+    path = _chapter(tmp_path / "slow.ipynb", "import slowimport")
     stopper = report.Stopper()
     monkeypatch.setattr(report, "_stopper", stopper)
-    turn = report.Turn(lambda: False)
-    result: list = []
-
-    def run():
-        try:
-            result.append(REAL_EXECUTE(path, 600, turn))
-        except report.NotRun as exc:
-            result.append(exc)
-
-    import threading
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    turn, thread, result = warm_chapter(path, warmed=False)
     try:
         deadline = time.monotonic() + 60
         while not marker.exists():
@@ -1491,9 +1475,7 @@ def test_a_run_stopped_before_a_chapters_turn_kills_its_waiting_kernel(monkeypat
                                                                          warm_chapter):
     stopper = report.Stopper()
     monkeypatch.setattr(report, "_stopper", stopper)
-    path = tmp_path / "never.ipynb"
-    nbformat.write(nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("# Never"), nbformat.v4.new_code_cell("x = 1")]), path)
+    path = _chapter(tmp_path / "never.ipynb", "x = 1")
     turn, thread, result = warm_chapter(path, lambda: bool(stopper))
     (km,) = stopper._kernels
     pid = km.provisioner.pid
