@@ -1017,15 +1017,14 @@ def record(args: argparse.Namespace) -> int:
             shutil.copy(source, target)
             start = time.perf_counter()
             try:
-                ok, error = (execute(target, args.timeout) if turn is None
-                             else execute(target, args.timeout, turn))
+                ok, error = execute(target, args.timeout, turn)
             except NotRun:
                 target.unlink(missing_ok=True)
                 with lock:
                     not_run.append(source.stem)
                 return
-            if turn is not None:  # from its turn on, not from its kernel's early start
-                start = turn.started if turn.started is not None else start
+            if turn is not None and turn.started is not None:
+                start = turn.started  # from its turn on, not from its kernel's early start
             seconds = round(time.perf_counter() - start, 1)
             problems: list[str] = []
             nb = nbformat.read(target, as_version=4)

@@ -1261,6 +1261,16 @@ def _chapter(path: Path, *code: str) -> Path:
     return path
 
 
+def _waiting_with_a_stopper(monkeypatch, warm_chapter, path: Path):
+    """A real chapter warmed and waiting for its turn under a report's Stopper: ``(stopper,
+    its kernel's manager, (turn, thread, result))``."""
+    stopper = report.Stopper()
+    monkeypatch.setattr(report, "_stopper", stopper)
+    started = warm_chapter(path, lambda: bool(stopper))
+    (km,) = stopper._kernels
+    return stopper, km, started
+
+
 @pytest.fixture
 def warm_chapter():
     """``start(path, stopped=None, warmed=True) -> (turn, thread, result)``: a real chapter
@@ -1408,11 +1418,8 @@ def test_a_kernel_that_dies_while_it_waits_is_replaced_at_the_turn(monkeypatch, 
     import signal
     import time
 
-    stopper = report.Stopper()
-    monkeypatch.setattr(report, "_stopper", stopper)
     path = _chapter(tmp_path / "killed.ipynb", "print(6 * 7)")
-    turn, thread, result = warm_chapter(path, lambda: bool(stopper))
-    (km,) = stopper._kernels
+    stopper, km, (turn, thread, result) = _waiting_with_a_stopper(monkeypatch, warm_chapter, path)
     pid = km.provisioner.pid
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 30
@@ -1473,11 +1480,8 @@ def test_a_stop_during_the_warm_up_imports_ends_the_chapter_at_once(monkeypatch,
 
 def test_a_run_stopped_before_a_chapters_turn_kills_its_waiting_kernel(monkeypatch, tmp_path,
                                                                          warm_chapter):
-    stopper = report.Stopper()
-    monkeypatch.setattr(report, "_stopper", stopper)
     path = _chapter(tmp_path / "never.ipynb", "x = 1")
-    turn, thread, result = warm_chapter(path, lambda: bool(stopper))
-    (km,) = stopper._kernels
+    stopper, km, (turn, thread, result) = _waiting_with_a_stopper(monkeypatch, warm_chapter, path)
     pid = km.provisioner.pid
     stopper.stop("a test")
     thread.join(60)
